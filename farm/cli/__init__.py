@@ -1,0 +1,37 @@
+"""The `farm` command. Each subcommand lives in its own module and is imported only when used,
+so `farm status` does not pay for matplotlib or a verifier's imports."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute" of a click command
+COMMANDS = {
+    "up": "farm.cli.up:up",
+    "status": "farm.cli.status:status",
+    "knobs": "farm.cli.knobs:knobs",
+    "db": "farm.cli.db:db",
+    "worker": "farm.cli.worker:worker",
+    "trace": "farm.cli.trace:trace",
+    "eval": "farm.cli.eval:eval_",
+    "score": "farm.cli.score:score",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in COMMANDS:
+            module, _, attr = COMMANDS[name].partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="reward-farm")
+def main() -> None:
+    """Reward farm: verifiable rewards for RL training on elastic worker pools."""

@@ -1,0 +1,42 @@
+"""Where the farm's services are, from the environment; the embedded default when nothing is set."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str | None = None  # EBF index, leases, results; also the Celery broker unless broker_url is set
+    broker_url: str | None = None
+    database_url: str | None = None  # history store; SQLite file on the embedded default
+    namespace: str = "farm"  # prefixes every Redis key and Celery queue, so farms can share a Redis
+    max_payload_bytes: int = 1 << 20
+    lease_s: float = 10.0  # a worker's hold on a request lapses this long after its last heartbeat
+    data_dir: str = os.path.expanduser("~/.reward-farm")
+
+    @property
+    def broker(self) -> str | None:
+        return self.broker_url or self.redis_url
+
+    def queue(self, stage_queue: str) -> str:
+        """The Celery queue of a stage, e.g. `farm.synthetic.compile`."""
+        return f"{self.namespace}.{stage_queue}"
+
+    def with_(self, **changes) -> "Settings":
+        return replace(self, **changes)
+
+
+def from_env(environ=None) -> Settings:
+    env = os.environ if environ is None else environ
+    base = Settings()
+    return Settings(
+        redis_url=env.get("FARM_REDIS_URL") or None,
+        broker_url=env.get("FARM_BROKER_URL") or None,
+        database_url=env.get("FARM_DATABASE_URL") or None,
+        namespace=env.get("FARM_NAMESPACE", base.namespace),
+        max_payload_bytes=int(env.get("FARM_MAX_PAYLOAD_BYTES", base.max_payload_bytes)),
+        lease_s=float(env.get("FARM_LEASE_S", base.lease_s)),
+        data_dir=env.get("FARM_DATA_DIR", base.data_dir),
+    )

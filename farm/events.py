@@ -1,0 +1,49 @@
+"""History events: what the hot path appends to a Redis stream and the recorder writes to the store.
+
+Workers and clients only XADD one small entry per fact (`{namespace}:events`, field `e`, JSON), so
+recording never waits on the database; the recorder drains the stream in bulk. Times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+STREAM = "{ns}:events"
+
+# kind -> the fields it carries (besides "kind"); the contract between emitters and the recorder.
+KINDS: dict[str, tuple[str, ...]] = {
+    "batch_opened": ("batch", "task", "pipeline", "size", "opened_at"),
+    "batch_deadline": ("batch", "estimated_at"),  # the planner's estimated completion time T (EBF key)
+    "batch_completed": ("batch", "completed_at"),
+    "batch_cancelled": ("batch", "cancelled_at"),
+    "request_arrived": ("batch", "request", "arrived_at", "group", "stages"),
+    # one per visited stage: queued (entered the stage's queue), started, finished, status, worker
+    "stage_done": ("batch", "request", "stage", "queued_at", "started_at", "finished_at", "status", "worker"),
+    "request_done": ("batch", "request", "status", "reward", "outcome", "finished_at", "message"),
+    "worker_spawned": ("worker", "stage", "backend", "at"),
+    "worker_ready": ("worker", "stage", "at"),
+    "worker_retired": ("worker", "stage", "at"),
+}
+
+
+def stream_key(namespace: str) -> str:
+    return STREAM.format(ns=namespace)
+
+
+def encode(kind: str, **fields: Any) -> dict[str, str]:
+    """One stream entry. Unknown kinds or missing fields are a programming error, caught here."""
+    expected = KINDS.get(kind)
+    if expected is None:
+        raise ValueError(f"unknown history event kind {kind!r}")
+    missing = [f for f in expected if f not in fields]
+    if missing:
+        raise ValueError(f"history event {kind!r} lacks {missing}")
+    return {"e": json.dumps({"kind": kind, **fields}, separators=(",", ":"))}
+
+
+def decode(entry: Mapping[Any, Any]) -> dict[str, Any]:
+    raw = entry.get("e", entry.get(b"e"))
+    if isinstance(raw, bytes):
+        raw = raw.decode()
+    return json.loads(raw)

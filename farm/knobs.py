@@ -1,0 +1,84 @@
+"""The operator's knobs: tolerated extra delay D, per-stage cost, timeout and pool bounds, scheduler, policy.
+
+Pure data: the store persists them, Redis mirrors them for workers, the planner reads them as an
+argument (`decide(snapshot, knobs)`), and `farm knobs` edits them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+SCHEDULERS = ("ebf", "fcfs")
+
+
+def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a number, not {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class StageKnobs:
+    """Per-stage overrides; None keeps the pipeline's own value."""
+
+    cost: float | None = None
+    timeout_s: float | None = None
+    min_workers: int = 0
+    max_workers: int = 64
+
+    def __post_init__(self) -> None:
+        if self.cost is not None:
+            _positive("cost", self.cost)
+        if self.timeout_s is not None:
+            _positive("timeout_s", self.timeout_s)
+        for name in ("min_workers", "max_workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
+        if self.min_workers > self.max_workers:
+            raise ValueError(f"min_workers ({self.min_workers}) exceeds max_workers ({self.max_workers})")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    delay_s: float = 2.0  # D: the tolerated extra delay of a batch
+    scheduler: str = "ebf"
+    policy: str = "distrs"
+    tick_s: float = 10.0  # the planner's periodic decision, a safety net beside batch events
+    stages: Mapping[str, StageKnobs] = field(default_factory=dict)  # by queue, "<pipeline>.<stage>"
+
+    def __post_init__(self) -> None:
+        _positive("delay_s", self.delay_s, allow_zero=True)
+        _positive("tick_s", self.tick_s)
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {self.scheduler!r}")
+        if not isinstance(self.policy, str) or not self.policy:
+            raise ValueError(f"policy must be a policy name, not {self.policy!r}")
+
+    def stage(self, queue: str) -> StageKnobs:
+        return self.stages.get(queue, StageKnobs())
+
+    def with_stage(self, queue: str, **changes: Any) -> "Knobs":
+        stages = dict(self.stages)
+        stages[queue] = replace(self.stage(queue), **changes)
+        return replace(self, stages=stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "delay_s": self.delay_s,
+            "scheduler": self.scheduler,
+            "policy": self.policy,
+            "tick_s": self.tick_s,
+            "stages": {q: {f.name: getattr(k, f.name) for f in fields(k)} for q, k in sorted(self.stages.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Knobs":
+        known = {f.name for f in fields(cls)} - {"stages"}
+        stage_known = {f.name for f in fields(StageKnobs)}
+        stages = {q: StageKnobs(**{k: v for k, v in s.items() if k in stage_known}) for q, s in (d.get("stages") or {}).items()}
+        return cls(**{k: v for k, v in d.items() if k in known}, stages=stages)

@@ -1,0 +1,72 @@
+"""Pipeline names -> definitions. Built-ins live in `workers.pipelines`; others come from the
+`farm.pipelines` entry-point group (each entry point is a zero-argument callable returning a Pipeline)."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from importlib.metadata import entry_points
+
+from farm.pipeline import Pipeline, UnknownPipeline
+
+# Built-in pipelines, imported on first use so a trainer client does not pay for a verifier's imports.
+BUILTINS = {
+    "synthetic": "workers.pipelines.synthetic:pipeline",
+    "cuda": "workers.pipelines.cuda:pipeline",
+    "code": "workers.pipelines.code:pipeline",
+    "math": "workers.pipelines.math:pipeline",
+}
+
+_lock = threading.Lock()
+_registry: dict[str, Pipeline] = {}
+
+
+def register(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
+    with _lock:
+        if pipeline.name in _registry and not replace and _registry[pipeline.name] != pipeline:
+            raise ValueError(f"a different pipeline named {pipeline.name!r} is already registered")
+        _registry[pipeline.name] = pipeline
+    return pipeline
+
+
+def _load(target: str) -> Pipeline:
+    module, _, attr = target.partition(":")
+    obj = getattr(importlib.import_module(module), attr)
+    return obj() if callable(obj) and not isinstance(obj, Pipeline) else obj
+
+
+def get(name: str) -> Pipeline:
+    with _lock:
+        found = _registry.get(name)
+    if found is not None:
+        return found
+    target = BUILTINS.get(name)
+    if target is None:
+        for ep in entry_points(group="farm.pipelines"):
+            if ep.name == name:
+                target = ep.value
+                break
+    if target is None:
+        raise UnknownPipeline(f"unknown pipeline {name!r}; known: {', '.join(names())}")
+    try:
+        pipeline = _load(target)
+    except ModuleNotFoundError as exc:
+        raise UnknownPipeline(f"pipeline {name!r} is not available here: {exc}") from exc
+    return register(pipeline)
+
+
+def names() -> list[str]:
+    found = set(BUILTINS) | {ep.name for ep in entry_points(group="farm.pipelines")}
+    with _lock:
+        found |= set(_registry)
+    return sorted(found)
+
+
+def stage_by_queue(queue: str):
+    """The (pipeline, stage) that a queue name `<pipeline>.<stage>` belongs to."""
+    pipeline_name, _, stage_name = queue.partition(".")
+    pipeline = get(pipeline_name)
+    try:
+        return pipeline, pipeline.stage(stage_name)
+    except KeyError as exc:
+        raise UnknownPipeline(str(exc)) from exc

@@ -1,0 +1,1 @@
+"""Stage workers, the sandbox for untrusted code, and the reward pipelines."""

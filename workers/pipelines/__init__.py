@@ -1,0 +1,1 @@
+"""Reward pipelines, one module each; `farm.registry` maps names to them."""
