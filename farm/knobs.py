@@ -82,3 +82,15 @@ class Knobs:
         stage_known = {f.name for f in fields(StageKnobs)}
         stages = {q: StageKnobs(**{k: v for k, v in s.items() if k in stage_known}) for q, s in (d.get("stages") or {}).items()}
         return cls(**{k: v for k, v in d.items() if k in known}, stages=stages)
+
+
+def redis_key(namespace: str) -> str:
+    """Where the live copy of the knobs lives in Redis (JSON of `Knobs.to_dict()`); the store is the source of truth."""
+    return f"{namespace}:knobs"
+
+
+def from_json(raw: str | bytes | None) -> Knobs:
+    """The knobs from their Redis copy; the defaults when none was published yet."""
+    import json
+
+    return Knobs.from_dict(json.loads(raw)) if raw else Knobs()

@@ -17,6 +17,7 @@ COMMANDS = {
     "trace": "farm.cli.trace:trace",
     "eval": "farm.cli.eval:eval_",
     "score": "farm.cli.score:score",
+    "recorder": "farm.cli.recorder:recorder",
 }
 
 
