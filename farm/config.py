@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, replace
 
@@ -28,15 +29,33 @@ class Settings:
         return replace(self, **changes)
 
 
+ENDPOINT_FILE = "endpoint.json"  # written by `farm up` so clients on this machine find the embedded farm
+
+
+def read_endpoint(data_dir: str) -> dict:
+    """What a running embedded farm published about itself; {} when none runs."""
+    path = os.path.join(os.path.expanduser(data_dir), ENDPOINT_FILE)
+    try:
+        with open(path) as f:
+            endpoint = json.load(f)
+        os.kill(int(endpoint["pid"]), 0)  # a farm killed hard leaves its file behind: ignore it then
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return endpoint
+
+
 def from_env(environ=None) -> Settings:
+    """Settings from FARM_* variables; without FARM_REDIS_URL, those of an embedded farm running here."""
     env = os.environ if environ is None else environ
     base = Settings()
+    data_dir = env.get("FARM_DATA_DIR", base.data_dir)
+    endpoint = {} if env.get("FARM_REDIS_URL") else read_endpoint(data_dir)
     return Settings(
-        redis_url=env.get("FARM_REDIS_URL") or None,
+        redis_url=env.get("FARM_REDIS_URL") or endpoint.get("redis_url") or None,
         broker_url=env.get("FARM_BROKER_URL") or None,
-        database_url=env.get("FARM_DATABASE_URL") or None,
-        namespace=env.get("FARM_NAMESPACE", base.namespace),
+        database_url=env.get("FARM_DATABASE_URL") or endpoint.get("database_url") or None,
+        namespace=env.get("FARM_NAMESPACE") or endpoint.get("namespace") or base.namespace,
         max_payload_bytes=int(env.get("FARM_MAX_PAYLOAD_BYTES", base.max_payload_bytes)),
         lease_s=float(env.get("FARM_LEASE_S", base.lease_s)),
-        data_dir=env.get("FARM_DATA_DIR", base.data_dir),
+        data_dir=data_dir,
     )

