@@ -1,0 +1,45 @@
+"""`farm status` against a real Redis: stages and active batches as an operator sees them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from farm.cli import main
+from farm.client import RewardClient
+
+pytestmark = pytest.mark.integration
+
+
+def _status(settings, *args):
+    env = {"FARM_REDIS_URL": settings.redis_url, "FARM_NAMESPACE": settings.namespace, "FARM_DATA_DIR": settings.data_dir}
+    return CliRunner().invoke(main, ["status", *args], env=env)
+
+
+def test_status_shows_an_open_batch_with_its_progress_and_queued_requests(settings):
+    with RewardClient(settings) as client:
+        batch = client.open_batch("task-s", "synthetic", 4)
+        batch.submit("r0", {"times": [1.0, 0.5]})
+        batch.submit("r1", {"times": [0.0, 0.0]})
+    result = _status(settings, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    [b] = report["batches"]
+    assert (b["task"], b["size"], b["arrived"], b["done"]) == ("task-s", 4, 2, 1)
+    assert report["stages"]["synthetic.compile"]["queued"] == 1
+    assert report["stages"]["synthetic.compile"]["workers"] == 0
+
+
+def test_status_prints_a_readable_table(settings):
+    with RewardClient(settings) as client:
+        client.open_batch("task-t", "synthetic", 2)
+    result = _status(settings)
+    assert result.exit_code == 0, result.output
+    assert "task-t" in result.output and "0/2" in result.output and "scheduler ebf" in result.output
+
+
+def test_status_without_a_farm_says_how_to_start_one(tmp_path):
+    result = CliRunner().invoke(main, ["status"], env={"FARM_DATA_DIR": str(tmp_path), "FARM_REDIS_URL": ""})
+    assert result.exit_code != 0 and "farm up" in result.output
