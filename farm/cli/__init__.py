@@ -18,6 +18,9 @@ COMMANDS = {
     "eval": "farm.cli.eval:eval_",
     "score": "farm.cli.score:score",
     "recorder": "farm.cli.recorder:recorder",
+    "planner": "farm.cli.planner:planner",
+    "replay": "farm.cli.replay:replay",
+    "demo": "farm.cli.demo:demo",
 }
 
 
