@@ -34,8 +34,10 @@ def namespace(redis_url):
     ns = f"t{uuid.uuid4().hex[:10]}"
     yield ns
     client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(match=f"{ns}*", count=1000):
-        client.delete(key)
+    # kombu keeps its queue bindings outside our prefix: `_kombu.binding.<ns>.<pipeline>.<stage>`
+    for pattern in (f"{ns}*", f"_kombu.binding*.{ns}.*"):
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
     client.close()
 
 

@@ -1,0 +1,72 @@
+"""The farm's Celery app and its wake-up tokens.
+
+A stage's Celery queue carries only tokens: each says "one more request is pending in this stage",
+and the worker that takes it picks the most urgent one from the EBF index (farm.dispatch). Workers
+serve one request at a time, prefetch one and ack late; nothing is stored in a Celery result backend
+(results go to the batch's own Redis hash, exactly once).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from farm.config import Settings
+from farm.dispatch import redis_url
+
+TASK_PREFIX = "farm.stage."
+HARD_LIMIT_MARGIN_S = 5.0  # the hard Celery limit sits this far (or 10 %) above the stage timeout
+
+
+def task_name(stage_queue: str) -> str:
+    """One Celery task name per stage queue, so Flower shows which stage ran."""
+    return TASK_PREFIX + stage_queue
+
+
+def hard_limit(timeout_s: float) -> float:
+    return timeout_s + max(HARD_LIMIT_MARGIN_S, 0.1 * timeout_s)
+
+
+def broker_url(settings: Settings) -> str:
+    """The Celery broker; a redis-py unix socket URL (`unix:///path?db=0`, as the embedded Redis gives)
+    is spelled the way kombu wants it (`redis+socket:///path?virtual_host=0`)."""
+    url = settings.broker or redis_url(settings)
+    if url.startswith("unix://"):
+        url = "redis+socket://" + url[len("unix://"):].replace("db=", "virtual_host=")
+    return url
+
+
+def make_app(settings: Settings, *, send_events: bool = False) -> Celery:
+    app = Celery(f"farm-{settings.namespace}", broker=broker_url(settings), set_as_current=False)
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue=settings.queue("default"),
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=send_events,
+        task_send_sent_event=False,
+        worker_hijack_root_logger=False,
+        # the farm's leases, not the broker's visibility timeout, recover work from dead workers
+        broker_transport_options={"visibility_timeout": 3600},
+    )
+    return app
+
+
+class Tokens:
+    """Sends wake-up tokens to stage queues."""
+
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    def send(self, stage_queue: str, timeout_s: float, count: int = 1) -> None:
+        if count <= 0:
+            return
+        name = task_name(stage_queue)
+        queue = self.settings.queue(stage_queue)
+        limit = hard_limit(timeout_s)
+        with self.app.producer_or_acquire() as producer:
+            for _ in range(count):
+                self.app.send_task(name, queue=queue, routing_key=queue, time_limit=limit, producer=producer)

@@ -1,0 +1,156 @@
+-- Shared by every farm script. ARGV[1] is the namespace, ARGV[2] the history stream's approximate cap,
+-- ARGV[3] '1' when the Celery broker is this same Redis (then scripts publish wake-up tokens themselves,
+-- in the same round trip); each script's own arguments follow (A(i) is ARGV[i + 3]). Keys are built
+-- from the namespace, so the scripts assume one Redis (not a cluster).
+local P = ARGV[1]
+local CAP = ARGV[2]
+local LUA_TOKENS = ARGV[3] == '1'
+local function A(i) return ARGV[i + 3] end
+
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function emit(json)
+  redis.call('XADD', P .. ':events', 'MAXLEN', '~', CAP, '*', 'e', json)
+end
+
+local function split(s, sep)
+  local out = {}
+  if s == nil or s == '' then return out end
+  for part in string.gmatch(s, '([^' .. sep .. ']+)') do out[#out + 1] = part end
+  return out
+end
+
+local function qkey(queue, what) return P .. ':q:' .. queue .. ':' .. what end
+
+-- A Celery (protocol 2, kombu Redis transport) message for the stage's task, with no arguments: what
+-- `app.send_task(farm.celery_app.task_name(queue), queue=settings.queue(queue))` would publish.
+local TOKEN_BODY = 'W1tdLCB7fSwgeyJjYWxsYmFja3MiOiBudWxsLCAiZXJyYmFja3MiOiBudWxsLCAiY2hhaW4iOiBudWxsLCAiY2hvcmQiOiBudWxsfV0='
+local DEFAULT_LIMIT = '3600'
+local function push_token(queue, limit)
+  local id = P .. '-token-' .. redis.call('INCR', P .. ':tokens')
+  local q = cjson.encode(P .. '.' .. queue)
+  local msg = '{"body":"' .. TOKEN_BODY .. '","content-encoding":"utf-8","content-type":"application/json",'
+    .. '"headers":{"lang":"py","task":' .. cjson.encode('farm.stage.' .. queue) .. ',"id":"' .. id .. '","shadow":null,'
+    .. '"eta":null,"expires":null,"group":null,"group_index":null,"retries":0,"timelimit":[' .. limit .. ',null],'
+    .. '"root_id":"' .. id .. '","parent_id":null,"argsrepr":"()","kwargsrepr":"{}","origin":"farm-dispatch",'
+    .. '"ignore_result":true,"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}},'
+    .. '"properties":{"correlation_id":"' .. id .. '","reply_to":"","delivery_mode":2,'
+    .. '"delivery_info":{"exchange":"","routing_key":' .. q .. '},"priority":0,"body_encoding":"base64",'
+    .. '"delivery_tag":"' .. id .. '"}}'
+  redis.call('LPUSH', P .. '.' .. queue, msg)
+end
+
+-- One more pending request in `queue`: remember the stage's hard time limit (the sender's view of
+-- the knobs; '' = keep the last one) and publish its wake-up token here when the broker is this Redis.
+local function wake(queue, limit)
+  if limit and limit ~= '' then
+    redis.call('HSET', P .. ':limits', queue, limit)
+  else
+    limit = redis.call('HGET', P .. ':limits', queue) or DEFAULT_LIMIT
+  end
+  if LUA_TOKENS then push_token(queue, limit) end
+end
+
+-- Put a request into its batch's FIFO in a stage queue (at the head when it comes back from a lapsed
+-- lease) and keep both orders of the stage's batches: by EBF key and by the seq of the batch's head.
+local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
+  wake(queue, limit)
+  local l = qkey(queue, 'l:' .. bid)
+  local entry = seq .. '|' .. enq_at .. '|' .. rid
+  if head then redis.call('LPUSH', l, entry) else redis.call('RPUSH', l, entry) end
+  redis.call('ZADD', qkey(queue, 'ebf'), key, bid)
+  if head or redis.call('LLEN', l) == 1 then
+    local first = redis.call('LINDEX', l, 0)
+    redis.call('ZADD', qkey(queue, 'fcfs'), tonumber(string.match(first, '^(%d+)|')), bid)
+  end
+end
+
+local function drop_from_queue(queue, bid)
+  redis.call('ZREM', qkey(queue, 'ebf'), bid)
+  redis.call('ZREM', qkey(queue, 'fcfs'), bid)
+  redis.call('DEL', qkey(queue, 'l:' .. bid))
+end
+
+local BATCH_PARTS = {'', ':req', ':payload', ':res', ':done', ':groups', ':lease', ':att'}
+local TTL_S = 86400
+
+-- A batch leaves the active set: completed (every result is in) or cancelled.
+local function close_batch(bid, state, at)
+  local b = P .. ':b:' .. bid
+  redis.call('HSET', b, 'state', state, 'closed_at', at)
+  redis.call('ZREM', P .. ':batches', bid)
+  emit('{"kind":"batch_' .. state .. '","batch":' .. cjson.encode(bid) .. ',"' .. state .. '_at":' .. at .. '}')
+  redis.call('PUBLISH', P .. ':epochs', '{"kind":"completed","state":"' .. state .. '","batch":' .. cjson.encode(bid) .. ',"at":' .. at .. '}')
+  redis.call('XADD', b .. ':done', '*', 'end', state)
+  for _, part in ipairs(BATCH_PARTS) do redis.call('EXPIRE', b .. part, TTL_S) end
+end
+
+-- Store a request's result exactly once and tell the trainer (the batch's done stream).
+local function finish(bid, rid, result_json, event_json, at, may_complete)
+  local b = P .. ':b:' .. bid
+  if redis.call('HSETNX', b .. ':res', rid, result_json) == 0 then return 0 end
+  redis.call('XADD', b .. ':done', '*', 'r', result_json)
+  emit(event_json)
+  local done = redis.call('HINCRBY', b, 'done', 1)
+  if may_complete and done >= tonumber(redis.call('HGET', b, 'size')) and redis.call('HGET', b, 'state') == 'open' then
+    close_batch(bid, 'completed', at)
+  end
+  return 1
+end
+
+-- A result decided here rather than by stage code (cancel, lost worker, hard time limit).
+local function finish_here(bid, rid, status, message, stage, at, record, may_complete)
+  local b = P .. ':b:' .. bid
+  local raw = redis.call('HGET', b .. ':req', rid)
+  local st = raw and cjson.decode(raw) or {}
+  local records = st.r or {}
+  if record then records[#records + 1] = record end
+  if #records == 0 then records = cjson.decode('[]') end
+  local result = {
+    request_id = rid, batch_id = bid, status = status, reward = 0, message = message,
+    stage = stage or cjson.null, outcome = cjson.null, group = st.g or cjson.null,
+    stages = records, finished_at = tonumber(at), details = cjson.decode('{}'),
+  }
+  local event = {
+    kind = 'request_done', batch = bid, request = rid, status = status, reward = 0,
+    outcome = cjson.null, finished_at = tonumber(at), message = message,
+  }
+  return finish(bid, rid, cjson.encode(result), cjson.encode(event), at, may_complete)
+end
+
+-- Leases whose holder stopped heartbeating go back to the head of their batch's FIFO; a request
+-- that has lost `max_att` workers fails alone as infra_error instead of killing workers forever.
+local function reclaim(limit, max_att)
+  local t = now()
+  local out = {}
+  local tokens = redis.call('ZRANGEBYSCORE', P .. ':leases', '-inf', t, 'LIMIT', 0, limit)
+  for _, tok in ipairs(tokens) do
+    local info = redis.call('HGET', P .. ':lease', tok)
+    redis.call('ZREM', P .. ':leases', tok)
+    redis.call('HDEL', P .. ':lease', tok)
+    if info then
+      local queue, bid, worker, seq, enq_at, rid = string.match(info, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      local b = P .. ':b:' .. bid
+      local busy = qkey(queue, 'busy')
+      local held = redis.call('HGET', busy, worker)
+      if held and string.find(held, tok, 1, true) then redis.call('HDEL', busy, worker) end
+      if redis.call('HGET', b .. ':lease', rid) == tok then
+        redis.call('HDEL', b .. ':lease', rid)
+        if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. ':res', rid) == 0 then
+          local att = redis.call('HINCRBY', b .. ':att', rid, 1)
+          if att >= max_att then
+            local stage = string.match(queue, '^[^.]*%.(.*)$')
+            finish_here(bid, rid, 'infra_error', 'lost its worker ' .. att .. ' times at stage ' .. stage, stage, tostring(t), nil, true)
+          else
+            enqueue(queue, bid, rid, seq, enq_at, true, redis.call('HGET', b, 'key'), nil)
+            out[#out + 1] = queue
+          end
+        end
+      end
+    end
+  end
+  return out
+end
