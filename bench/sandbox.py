@@ -1,0 +1,165 @@
+"""What the sandbox costs per run, and HumanEval's canonical solutions through the farm.
+
+    python bench/sandbox.py --json [--runs 200] [--no-farm] [--workers 2]
+
+- overhead: the same trivial program (`/bin/true`, and `python3 -I -S -c pass`) run N times bare
+  (`subprocess.run`) and in the sandbox (`workers.sandbox.run`: namespaces, uid, rlimits, tmpfs
+  working directory, output pipes); also `sandbox.call` of a trivial function against a bare
+  `os.fork` + `waitpid`. Rounds interleave bare and sandboxed runs; p50 and p99 in ms.
+- farm: the 164 HumanEval canonical solutions submitted at once through RewardClient to real
+  `farm worker` processes (one `code.fetch_tests`, `--workers` `code.run`), until the last result is
+  back: requests per second; the same solutions scored one after another in this process
+  (`workers.runner.score`) as the baseline. Needs Redis (FARM_REDIS_URL or 127.0.0.1:6379) and root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from workers import sandbox  # noqa: E402
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return {"p50_ms": round(statistics.median(ordered) * 1000, 2), "p99_ms": round(p99 * 1000, 2)}
+
+
+def _timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _bare_fork() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _nothing(_):
+    return None
+
+
+def overhead(runs: int) -> dict:
+    programs = {"true": ["/bin/true"], "python": [sandbox.python_executable(), "-I", "-S", "-c", "pass"]}
+    out = {}
+    for name, argv in programs.items():
+        bare, boxed = [], []
+        for _ in range(runs):
+            bare.append(_timed(lambda: subprocess.run(argv, capture_output=True, check=True)))
+            boxed.append(_timed(lambda: sandbox.run(argv)))
+        b, s = _percentiles(bare), _percentiles(boxed)
+        out[name] = {"bare": b, "sandbox": s, "overhead_p50_ms": round(s["p50_ms"] - b["p50_ms"], 2),
+                     "ratio_p50": round(s["p50_ms"] / b["p50_ms"], 2)}
+    bare = [_timed(_bare_fork) for _ in range(runs)]
+    boxed = [_timed(lambda: sandbox.call(_nothing, None)) for _ in range(runs)]
+    b, s = _percentiles(bare), _percentiles(boxed)
+    out["call"] = {"bare_fork": b, "sandbox_call": s, "overhead_p50_ms": round(s["p50_ms"] - b["p50_ms"], 2)}
+    return out
+
+
+def _humaneval_payloads() -> list[tuple[str, dict]]:
+    from workers.testcases import HumanEvalStore
+
+    store = HumanEvalStore()
+    return [(pid, {"response": store.raw(pid)["canonical_solution"], "problem": pid}) for pid in store.ids()]
+
+
+def in_process() -> dict:
+    from workers.pipelines.code import pipeline
+    from workers.runner import score
+
+    payloads = _humaneval_payloads()
+    started = time.perf_counter()
+    rewards = [score(pipeline, p).reward for _, p in payloads]
+    elapsed = time.perf_counter() - started
+    return {"requests": len(payloads), "seconds": round(elapsed, 2), "requests_per_s": round(len(payloads) / elapsed, 2),
+            "all_scored_one": all(r == 1.0 for r in rewards)}
+
+
+def _spawn(queue: str, name: str, env: dict) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", "from farm.cli import main; main()", "worker", "--stage", queue, "--name", name,
+           "--loglevel", "WARNING", "--no-events"]
+    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def through_farm(workers: int, redis_url: str) -> dict:
+    import redis
+
+    from farm.client import RewardClient
+    from farm.config import Settings
+
+    namespace = f"bench{uuid.uuid4().hex[:8]}"
+    settings = Settings(redis_url=redis_url, namespace=namespace)
+    env = {**os.environ, "FARM_REDIS_URL": redis_url, "FARM_NAMESPACE": namespace, "PYTHONPATH": str(ROOT)}
+    spawned = [("code.fetch_tests", "fetch-0")] + [("code.run", f"run-{i}") for i in range(workers)]
+    procs = [_spawn(q, n, env) for q, n in spawned]
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(r.hexists(f"{namespace}:q:{q}:seen", n) for q, n in spawned):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError("the bench's workers did not start")
+            time.sleep(0.1)
+        payloads = _humaneval_payloads()
+        with RewardClient(settings) as client:
+            started = time.perf_counter()
+            batch = client.open_batch("bench-humaneval", "code", len(payloads))
+            for pid, payload in payloads:
+                batch.submit(pid, payload)
+            results = batch.gather(timeout=600)
+            elapsed = time.perf_counter() - started
+        return {"requests": len(results), "run_workers": workers, "seconds": round(elapsed, 2),
+                "requests_per_s": round(len(results) / elapsed, 2), "all_scored_one": all(x.reward == 1.0 for x in results)}
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+        for key in r.scan_iter(match=f"{namespace}*", count=1000):
+            r.delete(key)
+        r.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--runs", type=int, default=200, help="runs per program and side (default 200)")
+    ap.add_argument("--workers", type=int, default=2, help="code.run workers for the farm figure (default 2)")
+    ap.add_argument("--no-farm", action="store_true", help="skip HumanEval through the farm")
+    ap.add_argument("--redis-url", default=os.environ.get("FARM_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    args = ap.parse_args()
+    report = {"mode": sandbox.mode(), "runs": args.runs, "overhead": overhead(args.runs),
+              "humaneval_in_process": in_process()}
+    if not args.no_farm:
+        report["humaneval_farm"] = through_farm(args.workers, args.redis_url)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for name, o in report["overhead"].items():
+        print(f"{name:8s} {json.dumps(o)}")
+    for key in ("humaneval_in_process", "humaneval_farm"):
+        if key in report:
+            print(f"{key}: {json.dumps(report[key])}")
+
+
+if __name__ == "__main__":
+    main()
