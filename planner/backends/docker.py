@@ -1,0 +1,304 @@
+"""The docker backend: each worker a container running `farm worker`, through the `docker` SDK.
+
+Containers carry labels (`farm.namespace`, `farm.stage`, `farm.worker`, `farm.spawned_at`, and
+`farm.gpu` for a GPU worker): the labels are the records, so a restarted daemon re-adopts exactly the
+containers of its farm. Each container gets the limits of its stage (by queue, else by resource kind),
+a stage of resource `gpu` one GPU through a device request (a distinct one when `gpu_ids` are given;
+limits with `gpus=0` for it run it without, as a synthetic replay on a machine without GPUs does),
+and the farm's settings as environment. A retired container is stopped with the stage's timeout plus
+a grace as its stop timeout, so the engine itself escalates to SIGKILL only then, even if the daemon
+dies meanwhile; which containers are stopping is kept in Redis (`<namespace>:docker:stopping`).
+Exited containers are kept until observed, so the end of a life is measured, then removed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from farm.config import Settings
+from planner.backends import Backend, BackendError, Worker, WorkerState
+from planner.backends import common
+from planner.backends.docker_spec import (DEFAULT_LIMITS, LABEL, Limits, engine_time, container_spec,
+                                          options_from_env)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "reward-farm-worker:latest"
+DEFAULT_GPU_IMAGE = "reward-farm-worker-cuda:latest"
+_ALIVE = ("created", "running", "restarting", "paused")
+_PARALLEL_STARTS = 8  # containers created and started at once by one spawn
+_UNSTARTED_GRACE_S = 30.0  # a container created but never started this long ago: its daemon died mid-spawn
+
+
+class DockerBackend(Backend):
+    kind = "docker"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        image: str | None = None,
+        gpu_image: str | None = None,
+        images: Mapping[str, str] | None = None,
+        network: str | None = None,
+        limits: Mapping[str, Limits] | None = None,
+        command: Sequence[str] = ("farm", "worker"),
+        env: Mapping[str, str] | None = None,
+        volumes: Mapping[str, Any] | None = None,
+        gpu_ids: Sequence[str] | None = None,
+        cap_add: Sequence[str] = ("SYS_ADMIN",),
+        security_opt: Sequence[str] = ("apparmor=unconfined",),
+        init: bool = True,
+        grace_s: float = common.DEFAULT_GRACE_S,
+        timeout_for: Callable[[str], float] | None = None,
+        resource_for: Callable[[str], str] | None = None,
+        client: Any = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        """`image` for CPU and I/O stages, `gpu_image` for GPU stages, `images` by pipeline or stage queue
+        over both (the cuda pipeline compiles with nvcc, so its CPU stage wants the CUDA image too);
+        `limits` by stage queue or resource kind (over DEFAULT_LIMITS); `volumes` as the SDK takes them
+        (`{"/host": {"bind": "/in", "mode": "ro"}}`); `gpu_ids` the GPUs to hand out, one per GPU worker;
+        `network` "host" or a network name (compose's); `env` adds to the farm's settings. What is not
+        given comes from FARM_DOCKER_* in `environ` (default: os.environ), then the defaults here.
+        `cap_add`/`security_opt`: the worker's sandbox makes namespaces and mounts (workers/sandbox.py)."""
+        import os
+
+        from_env = options_from_env(os.environ if environ is None else environ)
+        self.settings = settings
+        self.namespace = common.check_namespace(settings.namespace)
+        self.image = image or from_env.get("image", DEFAULT_IMAGE)
+        self.gpu_image = gpu_image or from_env.get("gpu_image", DEFAULT_GPU_IMAGE)
+        self.images = {**from_env.get("images", {}), **(images or {})}
+        self.network = network or from_env.get("network", "host")
+        self.limits = {**DEFAULT_LIMITS, **from_env.get("limits", {}), **(limits or {})}
+        self.command = list(command)
+        self.env = {**common.worker_env(settings), **(env or {})}
+        self.volumes = dict(volumes or {})
+        gpu_ids = gpu_ids if gpu_ids is not None else from_env.get("gpu_ids")
+        self.gpu_ids = [str(g) for g in gpu_ids] if gpu_ids else None
+        self.cap_add, self.security_opt = list(cap_add), list(security_opt)
+        self.init = init
+        self.grace_s = float(grace_s)
+        self.timeout_for = common.timeout_lookup(timeout_for)
+        self.resource_for = resource_for or common.registry_resource
+        if client is None:
+            import docker
+
+            try:
+                client = docker.from_env()
+                client.ping()
+            except Exception as exc:
+                raise BackendError(f"no Docker engine answers ({exc}); start one (docker/ci-engine.sh on a test machine)") from exc
+        self._docker = client
+        self._redis = common.redis_for(settings)
+        self._stopping_key = f"{self.namespace}:docker:stopping"
+        self._lives = common.Lives(self._redis, self.namespace, self.kind)
+        self._readiness = common.Readiness(self._redis, self.namespace)
+        self._lock = threading.RLock()
+
+    # -- the interface --------------------------------------------------------------------------
+
+    def list(self, stage: str | None = None) -> list[Worker]:
+        with self._lock:
+            workers = self._observe()
+            self._lives.flush()
+        return [w for w in workers if stage is None or w.stage == stage]
+
+    def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
+        common.check_stage(stage)
+        common.check_count(n)
+        timeout_s = self.timeout_for(stage)  # an unknown pipeline or stage fails here, before anything starts
+        resource = self.resource_for(stage)
+        limits = self.limits.get(stage) or self.limits.get(resource) or Limits()
+        names = common.worker_names(self.namespace, stage, n, request_id)
+        with self._lock:
+            existing = {c["Labels"].get(f"{LABEL}.worker") for c in self._containers()}
+            missing = [name for name in names if name not in existing]
+            gpus = self._free_gpus(len(missing)) if limits.gpus else [None] * len(missing)
+            # the engine creates and starts containers in parallel well: a decision's new workers start together
+            with ThreadPoolExecutor(max_workers=max(1, min(_PARALLEL_STARTS, len(missing)))) as pool:
+                futures = [pool.submit(self._start, name, stage, limits, timeout_s, gpu) for name, gpu in zip(missing, gpus)]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+            by_name = {w.name: w for w in self._observe()}
+            self._lives.flush()
+        if errors:
+            raise errors[0]
+        return [by_name[x] for x in names if x in by_name]
+
+    def retire(self, names: Iterable[str]) -> list[Worker]:
+        wanted = list(dict.fromkeys(names))
+        now = time.time()
+        with self._lock:
+            containers = {c["Labels"].get(f"{LABEL}.worker"): c for c in self._containers()}
+            stopping = self._stopping()
+            for name in wanted:
+                c = containers.get(name)
+                if c is None or name in stopping or c["State"] not in _ALIVE:
+                    continue
+                stage = c["Labels"][f"{LABEL}.stage"]
+                wait_s = self.timeout_for(stage) + self.grace_s
+                self._redis.hset(self._stopping_key, name, json.dumps({"since": now, "kill_at": now + wait_s}))
+                self._stop_async(c["Id"], name, wait_s)
+            by_name = {w.name: w for w in self._observe()}
+            self._lives.flush()
+        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
+
+    def reconcile(self) -> list[Worker]:
+        with self._lock:
+            workers = self._observe()
+            ids = {c["Labels"].get(f"{LABEL}.worker"): c["Id"] for c in self._containers()}
+            stopping = self._stopping()
+            now = time.time()
+            for w in workers:
+                self._lives.spawned(w.name, w.stage, w.spawned_at)  # the recorder upserts by name
+                if w.state is WorkerState.STOPPING and w.name in ids:
+                    # the previous daemon's stop call died with it: ask again for the time that is left
+                    self._stop_async(ids[w.name], w.name, max(stopping[w.name]["kill_at"] - now, 0.0))
+            self._lives.flush()
+        if workers:
+            log.info("docker backend adopted %d worker container(s) of namespace %s", len(workers), self.namespace)
+        return workers
+
+    def close(self) -> None:
+        self._redis.close()
+        self._docker.close()
+
+    # -- containers -----------------------------------------------------------------------------
+
+    def _containers(self) -> list[dict]:
+        filters = {"label": [f"{LABEL}.namespace={self.namespace}", f"{LABEL}.backend=docker"]}
+        return self._docker.api.containers(all=True, filters=filters)
+
+    def _stopping(self) -> dict[str, dict]:
+        raw = self._redis.hgetall(self._stopping_key)
+        return {k.decode(): json.loads(v) for k, v in raw.items()}
+
+    def _free_gpus(self, n: int) -> list[str | None]:
+        """A distinct free GPU for each of `n` new GPU workers (None each: the runtime picks, when no ids are given)."""
+        if self.gpu_ids is None:
+            return [None] * n
+        held = {c["Labels"].get(f"{LABEL}.gpu") for c in self._docker.api.containers(filters={"label": f"{LABEL}.gpu"})}
+        free = [gpu for gpu in self.gpu_ids if gpu not in held]
+        if len(free) < n:
+            raise BackendError(f"{n} GPU worker(s) asked for, but only {len(free)} of the docker backend's GPUs "
+                               f"({', '.join(self.gpu_ids)}) are free: every GPU holds at most one worker")
+        return free[:n]
+
+    def image_for(self, stage: str, limits: Limits) -> str:
+        pipeline = stage.partition(".")[0]
+        return self.images.get(stage) or self.images.get(pipeline) or (self.gpu_image if limits.gpus else self.image)
+
+    def _start(self, name: str, stage: str, limits: Limits, timeout_s: float, gpu_id: str | None) -> None:
+        import docker.errors
+
+        spawned_at = time.time()
+        create, host = container_spec(
+            name=name, stage=stage, namespace=self.namespace,
+            image=self.image_for(stage, limits), command=self.command, env=self.env,
+            network=self.network, limits=limits, spawned_at=spawned_at,
+            stop_timeout_s=timeout_s + self.grace_s, volumes=self.volumes,
+            gpu_id=gpu_id, init=self.init,
+            cap_add=self.cap_add, security_opt=self.security_opt,
+        )
+        api = self._docker.api
+        try:
+            container = api.create_container(**create, host_config=api.create_host_config(**host))["Id"]
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # a retried spawn raced another: the worker exists
+                return
+            raise BackendError(f"could not create worker container {name} from image {create['image']!r}: {exc.explanation or exc}") from exc
+        try:
+            api.start(container)
+        except docker.errors.APIError as exc:
+            self._discard(container, name)
+            raise BackendError(f"could not start worker container {name}: {exc.explanation or exc}") from exc
+        self._lives.spawned(name, stage, spawned_at)
+
+    def _stop_async(self, container_id: str, name: str, wait_s: float) -> None:
+        """`docker stop` with the stage's timeout + grace, off the caller's thread (it can take minutes)."""
+
+        def stop() -> None:
+            try:
+                self._docker.api.stop(container_id, timeout=int(math.ceil(wait_s)))
+            except Exception as exc:  # gone already, or the engine is away: the next observation decides
+                log.info("stopping worker container %s: %s", name, exc)
+
+        threading.Thread(target=stop, name=f"stop-{name}", daemon=True).start()
+
+    def _observe(self) -> list[Worker]:
+        now = time.time()
+        stopping = self._stopping()
+        alive: list[tuple[dict, str, str, float]] = []
+        for c in self._containers():
+            labels = c["Labels"]
+            name, stage = labels.get(f"{LABEL}.worker"), labels.get(f"{LABEL}.stage")
+            if not name or not stage:
+                continue
+            spawned_at = float(labels.get(f"{LABEL}.spawned_at", 0.0))
+            state = c["State"]
+            if state in ("exited", "dead"):
+                self._gone(c, name, stage, now)
+                continue
+            if state == "removing":
+                continue
+            if state == "created" and now - spawned_at > _UNSTARTED_GRACE_S:
+                self._discard(c["Id"], name)  # never started, never announced
+                continue
+            mark = stopping.get(name)
+            if mark is not None and now >= mark["kill_at"] + self.grace_s:
+                log.warning("worker container %s outlived its stop timeout; killing it", name)
+                self._kill(c["Id"])
+            alive.append((c, name, stage, spawned_at))
+        for name in set(stopping) - {a[1] for a in alive}:
+            self._redis.hdel(self._stopping_key, name)
+        ready = self._readiness.ready({name: stage for _, name, stage, _ in alive})
+        workers = []
+        for c, name, stage, spawned_at in sorted(alive, key=lambda a: (a[3], a[1])):
+            mark = stopping.get(name)
+            if mark is not None:
+                state = WorkerState.STOPPING
+            else:
+                state = WorkerState.RUNNING if name in ready else WorkerState.STARTING
+            workers.append(Worker(name, stage, state, spawned_at, self.kind, c["Id"][:12], ready.get(name),
+                                  mark["since"] if mark else None))
+        return workers
+
+    def _gone(self, c: dict, name: str, stage: str, now: float) -> None:
+        import docker.errors
+
+        try:
+            finished = engine_time(self._docker.api.inspect_container(c["Id"])["State"].get("FinishedAt"))
+        except docker.errors.NotFound:
+            return  # someone removed it meanwhile; whoever did saw it go
+        if name not in self._stopping():
+            tail = self._docker.api.logs(c["Id"], tail=20).decode(errors="replace")
+            log.warning("worker container %s exited without being retired; its last output:\n%s", name, tail)
+        self._lives.retired(name, stage, finished or now)
+        self._readiness.forget([name])
+        self._redis.hdel(self._stopping_key, name)
+        self._discard(c["Id"], name)
+
+    def _discard(self, container_id: str, name: str) -> None:
+        import docker.errors
+
+        try:
+            self._docker.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            log.warning("could not remove the container of worker %s: %s", name, exc)
+
+    def _kill(self, container_id: str) -> None:
+        import docker.errors
+
+        try:
+            self._docker.api.kill(container_id)
+        except docker.errors.APIError:
+            pass

@@ -1,0 +1,300 @@
+"""The local backend: each worker a `farm worker` process on this machine (the embedded default).
+
+Every worker has a process record, `<data_dir>/workers/<namespace>/<name>.json` (pid, the process's
+start time, stage, spawn time, retirement), written before the process starts and updated after, so a
+restarted daemon re-adopts its workers and a recycled pid (same number, other start time) is never
+taken for one of them, nor signalled. Workers run in their own session: a Ctrl-C or a `kill -9` of the
+daemon leaves them serving, and the next daemon finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from farm.config import Settings
+from planner.backends import Backend, BackendError, Worker, WorkerState
+from planner.backends import common
+
+log = logging.getLogger(__name__)
+
+_UNSTARTED_GRACE_S = 30.0  # a record without a pid this old belongs to a daemon that died mid-spawn
+
+
+def default_command() -> list[str]:
+    """`farm worker` of the Python running this backend (a venv's script, else the module itself)."""
+    script = Path(sys.executable).with_name("farm")
+    if script.exists():
+        return [str(script), "worker"]
+    return [sys.executable, "-c", "import sys; from farm.cli import main; sys.argv[0] = 'farm'; main()", "worker"]
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a live process as an opaque token; None when there is none (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _ps_start(pid)
+    fields = stat[stat.rindex(b")") + 2:].split()
+    if fields[0] in (b"Z", b"X"):  # exited, waiting for its parent to reap it
+        return None
+    return fields[19].decode()  # field 22 of proc(5): start time in clock ticks since boot
+
+
+def _ps_start(pid: int) -> str | None:
+    """Where there is no /proc (macOS): the start time `ps` prints."""
+    out = subprocess.run(["ps", "-o", "lstart=,stat=", "-p", str(pid)], capture_output=True, text=True)
+    line = out.stdout.strip()
+    if out.returncode != 0 or not line or line.split()[-1].startswith("Z"):
+        return None
+    return " ".join(line.split()[:-1])
+
+
+def _find_by_cmdline(name: str) -> int | None:
+    """The pid of a process whose command line names this worker (for a record the pid never reached)."""
+    needle = b"\0--name\0" + name.encode() + b"\0"
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in b"\0" + (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of a process group (from /proc; none where there is no /proc)."""
+    members = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return members
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:  # state, ppid, pgrp
+            members.append(int(entry.name))
+    return members
+
+
+class LocalBackend(Backend):
+    kind = "local"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        grace_s: float = common.DEFAULT_GRACE_S,
+        timeout_for: Callable[[str], float] | None = None,
+        state_dir: str | os.PathLike | None = None,
+    ) -> None:
+        """`command` replaces `farm worker` (the backend appends `--stage S --name N`); `env` adds to the
+        environment the workers inherit; `timeout_for(stage)` is the live stage timeout (the knobs')."""
+        self.settings = settings
+        self.namespace = common.check_namespace(settings.namespace)
+        self.command = list(command) if command else default_command()
+        self.extra_env = dict(env or {})
+        self.grace_s = float(grace_s)
+        self.timeout_for = common.timeout_lookup(timeout_for)
+        root = Path(state_dir) if state_dir else Path(os.path.expanduser(settings.data_dir)) / "workers"
+        self.dir = root / self.namespace
+        self._redis = common.redis_for(settings)
+        self._lives = common.Lives(self._redis, self.namespace, self.kind)
+        self._readiness = common.Readiness(self._redis, self.namespace)
+        self._exited: dict[str, float] = {}  # children of this backend that exited -> when
+        self._lock = threading.RLock()
+
+    # -- the interface --------------------------------------------------------------------------
+
+    def list(self, stage: str | None = None) -> list[Worker]:
+        with self._lock:
+            workers = self._observe()
+            self._lives.flush()
+        return [w for w in workers if stage is None or w.stage == stage]
+
+    def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
+        common.check_stage(stage)
+        common.check_count(n)
+        self.timeout_for(stage)  # an unknown pipeline or stage fails here, before anything starts
+        names = common.worker_names(self.namespace, stage, n, request_id)
+        with self._lock:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                if not self._path(name).exists():
+                    self._start(name, stage)
+            by_name = {w.name: w for w in self._observe()}
+        return [by_name[name] for name in names if name in by_name]
+
+    def retire(self, names: Iterable[str]) -> list[Worker]:
+        wanted = list(dict.fromkeys(names))
+        now = time.time()
+        with self._lock:
+            for name in wanted:
+                record = self._load(self._path(name))
+                if record is None or record.get("stopping_since") is not None or record.get("pid") is None:
+                    continue
+                if process_start(record["pid"]) != record["start"]:
+                    continue  # already gone; the next observation reaps it
+                record["stopping_since"] = now
+                record["kill_at"] = now + self.timeout_for(record["stage"]) + self.grace_s
+                self._save(record)
+                try:
+                    os.kill(record["pid"], signal.SIGTERM)  # warm shutdown: the current request finishes
+                except ProcessLookupError:
+                    pass
+            by_name = {w.name: w for w in self._observe()}
+            self._lives.flush()
+        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
+
+    def reconcile(self) -> list[Worker]:
+        with self._lock:
+            workers = self._observe()
+            for w in workers:  # adopted workers are announced again: the recorder upserts by name
+                self._lives.spawned(w.name, w.stage, w.spawned_at)
+            self._lives.flush()
+        if workers:
+            log.info("local backend adopted %d worker(s) of namespace %s", len(workers), self.namespace)
+        return workers
+
+    def close(self) -> None:
+        self._redis.close()
+
+    # -- records and processes ------------------------------------------------------------------
+
+    def _path(self, name: str) -> Path:
+        return self.dir / f"{name}.json"
+
+    def _log_path(self, name: str) -> Path:
+        return self.dir / f"{name}.log"
+
+    @staticmethod
+    def _load(path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:  # a torn write cannot happen (atomic replace); anything else is not ours
+            log.warning("ignoring unreadable worker record %s", path)
+            return None
+
+    def _save(self, record: dict) -> None:
+        path = self._path(record["name"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+
+    def _start(self, name: str, stage: str) -> None:
+        record = {"name": name, "stage": stage, "spawned_at": time.time(), "pid": None, "start": None,
+                  "stopping_since": None, "kill_at": None}
+        self._save(record)  # first: a daemon dying between fork and record still leaves a trace
+        env = {**os.environ, **common.worker_env(self.settings), "FARM_DATA_DIR": self.settings.data_dir, **self.extra_env}
+        cmd = [*self.command, "--stage", stage, "--name", name]
+        try:
+            with open(self._log_path(name), "ab") as out:
+                proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self._path(name).unlink(missing_ok=True)
+            raise BackendError(f"could not start worker {name} ({' '.join(cmd)}): {exc}") from exc
+        record["pid"], record["start"] = proc.pid, process_start(proc.pid)
+        self._save(record)
+        threading.Thread(target=self._reap, args=(name, proc), name=f"reap-{name}", daemon=True).start()
+        self._lives.spawned(name, stage, record["spawned_at"])
+
+    def _reap(self, name: str, proc: subprocess.Popen) -> None:
+        """Wait for a child so it leaves no zombie, and note when it exited (exact lifetimes)."""
+        proc.wait()
+        self._exited[name] = time.time()
+
+    def _observe(self) -> list[Worker]:
+        """The records against the processes: reap the gone, kill the overdue, read readiness."""
+        if not self.dir.is_dir():
+            return []
+        now = time.time()
+        alive: list[dict] = []
+        for path in sorted(self.dir.glob("*.json")):
+            record = self._load(path)
+            if record is None:
+                continue
+            if record.get("pid") is None:
+                if not self._adopt_unstarted(record, now):
+                    continue
+            if process_start(record["pid"]) != record["start"]:
+                self._gone(record, now)
+                continue
+            if record.get("kill_at") is not None and now >= record["kill_at"]:
+                log.warning("worker %s outlived its stage timeout plus %.0f s of grace; killing it", record["name"], self.grace_s)
+                self._kill(record)
+            alive.append(record)
+        ready = self._readiness.ready({r["name"]: r["stage"] for r in alive})
+        workers = []
+        for r in sorted(alive, key=lambda r: (r["spawned_at"], r["name"])):
+            if r.get("stopping_since") is not None:
+                state = WorkerState.STOPPING
+            else:
+                state = WorkerState.RUNNING if r["name"] in ready else WorkerState.STARTING
+            workers.append(Worker(r["name"], r["stage"], state, r["spawned_at"], self.kind, str(r["pid"]),
+                                  ready.get(r["name"]), r.get("stopping_since")))
+        return workers
+
+    def _adopt_unstarted(self, record: dict, now: float) -> bool:
+        """A record a daemon wrote before its process started: find the process, or drop the record."""
+        if now - record["spawned_at"] < _UNSTARTED_GRACE_S:
+            return False  # another backend may be starting it right now
+        pid = _find_by_cmdline(record["name"])
+        start = process_start(pid) if pid is not None else None
+        if start is None:
+            self._path(record["name"]).unlink(missing_ok=True)
+            return False
+        record["pid"], record["start"] = pid, start
+        self._save(record)
+        return True
+
+    def _gone(self, record: dict, now: float) -> None:
+        name = record["name"]
+        # the worker's leader is gone; what is left of its process group (a pool child busy with a request)
+        # goes too. Only while no process holds the leader's pid: a recycled pid may lead a group of its own,
+        # but no pid is reused while a group of that id still has members, so then they are the worker's.
+        if process_start(record["pid"]) is None and _group_members(record["pid"]):
+            try:
+                os.killpg(record["pid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        at = self._exited.pop(name, None) or now
+        self._lives.retired(name, record["stage"], at)
+        self._readiness.forget([name])
+        self._path(name).unlink(missing_ok=True)
+        if record.get("stopping_since") is not None:
+            self._log_path(name).unlink(missing_ok=True)
+        else:  # it died without being asked to: keep its log for whoever investigates
+            log.warning("worker %s (pid %s) exited without being retired; its log: %s", name, record["pid"], self._log_path(name))
+
+    @staticmethod
+    def _kill(record: dict) -> None:
+        # the leader is verified alive (same start time), so its process group is still the worker's
+        try:
+            os.killpg(record["pid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
