@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Callable
 
 from farm import registry
 from farm.celery_app import Tokens, make_app
-from farm.client import READ_COUNT, GroupTracker, parse_entries, sweep_interval
+from farm.client import MAX_BLOCK_S, READ_COUNT, GroupTracker, parse_entries, sweep_interval
 from farm.config import Settings, from_env
 from farm.dispatch import (EVENTS_MAXLEN, SCRIPTS, Call, Keys, Progress, cancel_call, check_batch_id, lua_tokens,
                            new_batch_id, open_call, parse_open, parse_progress, parse_submit, redis_url, set_estimate_call,
@@ -63,7 +63,7 @@ class AsyncBatch:
                 raise TimeoutError(f"batch {self.id!r}: {self.size - seen} of {self.size} results still missing "
                                    f"after {timeout:g} s")
             wait = next_sweep - now if deadline is None else min(next_sweep, deadline) - now
-            reply = await c.redis.xread({key: last}, count=READ_COUNT, block=max(1, int(wait * 1000)))
+            reply = await c.redis.xread({key: last}, count=READ_COUNT, block=max(1, int(min(wait, MAX_BLOCK_S) * 1000)))
             ended = False
             for _, entries in reply:
                 results, ended, last = parse_entries(entries)

@@ -30,6 +30,11 @@ from workers.runner import effective_timeout
 READ_COUNT = 1000  # results read per round trip
 
 
+# A blocking read longer than redis-py's socket timeout (5 s by default in redis-py 8) fails as a timeout
+# of the socket, not of the read; keep each read well under it and loop.
+MAX_BLOCK_S = 1.0
+
+
 def sweep_interval(settings: Settings) -> float:
     """How often a waiting client gives lapsed leases back, so recovery needs no live worker's sweep."""
     return max(settings.lease_s / 2, 0.05)
@@ -117,7 +122,7 @@ class Batch:
                 raise TimeoutError(f"batch {self.id!r}: {self.size - seen} of {self.size} results still missing "
                                    f"after {timeout:g} s")
             wait = next_sweep - now if deadline is None else min(next_sweep, deadline) - now
-            reply = c.dispatch.redis.xread({key: last}, count=READ_COUNT, block=max(1, int(wait * 1000)))
+            reply = c.dispatch.redis.xread({key: last}, count=READ_COUNT, block=max(1, int(min(wait, MAX_BLOCK_S) * 1000)))
             ended = False
             for _, entries in reply:
                 results, ended, last = parse_entries(entries)

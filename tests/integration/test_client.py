@@ -244,3 +244,15 @@ def test_one_tenants_bad_input_does_not_harm_another_tenants_batch(settings, rew
         bad.submit("b1", {"times": [object(), 0]})
     good.submit("g1", {"times": [0.01, 0]})
     assert all(r.ok for r in good.gather(timeout=10))
+
+
+def test_waiting_longer_than_the_redis_socket_timeout_is_not_an_error(settings, start_workers):
+    """A client with the default 10 s lease waits in reads shorter than redis-py's socket timeout."""
+    from farm.client import RewardClient
+
+    start_workers("synthetic.compile")
+    with RewardClient(settings.with_(lease_s=10.0)) as client:
+        batch = client.open_batch("slow-task", "synthetic", 1)
+        batch.submit("r0", {"times": [6.0, 0.0]})
+        [result] = batch.gather(timeout=30)
+    assert result.status.value == "ok"

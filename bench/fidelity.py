@@ -1,0 +1,56 @@
+"""Fidelity of the live farm to `farm eval`: replay a trace on an embedded elastic farm (planner daemon,
+local backend) and compare the measured mean extra delay and allocated worker-seconds per stage with
+the evaluation's prediction for the same trace, knobs and start-up time (issue 4's target: within 15%).
+
+    python bench/fidelity.py [--trace demo] [--tasks 2] [--batches 5] [--speed 20] [--json]
+
+Prints the measured and predicted figures, the relative errors and whether each is within 15%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    from farm.demo import DEMO_MAX_WORKERS, run_demo
+    from farm.replay import parse_tasks
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default="demo", help="a trace file or a bundled trace's name")
+    ap.add_argument("--tasks", default="2")
+    ap.add_argument("--batches", type=int, default=5)
+    ap.add_argument("--speed", type=float, default=20.0)
+    ap.add_argument("--max-workers", type=int, default=DEMO_MAX_WORKERS)
+    ap.add_argument("--startup-s", type=float, default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    started = time.time()
+    report, _ = run_demo(speed=args.speed, trace_spec=args.trace, tasks=parse_tasks(args.tasks),
+                         batches=args.batches, max_workers=args.max_workers, startup_s=args.startup_s, png=False,
+                         say=lambda msg: print(msg, file=sys.stderr))
+    out = {
+        "trace": args.trace, "tasks": args.tasks, "batches": args.batches, "speed": args.speed,
+        "wall_s": round(time.time() - started, 1),
+        "fidelity": report["fidelity"],
+        "results": report["results"],
+        "measured": report["measured"],
+        "predicted": report["predicted"],
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for name, v in report["fidelity"].items():
+            if isinstance(v, dict):
+                print(f"{name:28s} measured {v['measured']:10.2f}  predicted {v['predicted']:10.2f}  "
+                      f"error {v['relative_error']:6.1%}")
+        print(f"within 15%: {report['fidelity']['ok']}; results lost {report['results']['lost']}, "
+              f"duplicated {report['results']['duplicated']}; wall {out['wall_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The replay's report: design.md's metrics measured from the history store on the compressed clock,
+multiplied back by K, with the keys of `farm eval --json`, and the fidelity against the prediction."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from farm.knobs import Knobs
+from planner.trace import Trace
+
+
+class RecordingTimeout(RuntimeError):
+    """The recorder did not write the replay's batches in time; the message says how many are missing."""
+
+
+def allocated_seconds(lives: Iterable[tuple[float, float | None]], start: float, end: float) -> float:
+    """∫ number of workers alive over [start, end]: each life (spawned, retired or None) clipped to the window."""
+    total = 0.0
+    for spawned, retired in lives:
+        a, b = max(spawned, start), min(end if retired is None else retired, end)
+        total += max(0.0, b - a)
+    return total
+
+
+def summarize(
+    *,
+    extra_delays: Sequence[float],
+    allocated: Mapping[str, float],
+    busy: Mapping[str, float],
+    resources: Mapping[str, str],
+    costs: Mapping[str, float],
+    requests: int,
+    runtimes: Sequence[float],
+    speed: float,
+    policy: str,
+    scheduler: str,
+    delay_s: float,
+    startup_s: float,
+    duration_s: float,
+) -> dict[str, Any]:
+    """The keys of `farm eval --json`, every time multiplied back by K (the planner's runtime excepted: it is real).
+
+    `delay_s`, `startup_s` and `duration_s` are given in trace seconds already."""
+    d = np.asarray(extra_delays, dtype=float) * speed
+    stages = {}
+    per_resource: dict[str, float] = {}
+    cost = 0.0
+    for name in allocated:
+        alloc, used = allocated[name] * speed, busy.get(name, 0.0) * speed
+        stages[name] = {"resource": resources[name], "allocated_s": alloc, "busy_s": used,
+                        "normalized": alloc / used if used > 0 else None}
+        per_resource[resources[name]] = per_resource.get(resources[name], 0.0) + alloc
+        cost += costs[name] * alloc
+    return {
+        "policy": policy,
+        "scheduler": scheduler,
+        "delay_s": delay_s,
+        "startup_s": startup_s,
+        "batches": int(d.size),
+        "requests": int(requests),
+        "extra_delay_mean_s": float(d.mean()) if d.size else 0.0,
+        "extra_delay_p95_s": float(np.percentile(d, 95)) if d.size else 0.0,
+        "extra_delay_max_s": float(d.max()) if d.size else 0.0,
+        "stages": stages,
+        "resources": per_resource,
+        "cost": cost,
+        "decisions": len(runtimes),
+        "planner_runtime_mean_s": float(np.mean(runtimes)) if len(runtimes) else 0.0,
+        "planner_runtime_max_s": float(np.max(runtimes)) if len(runtimes) else 0.0,
+        "duration_s": duration_s,
+        "speed": speed,
+    }
+
+
+def within(measured: Mapping[str, Any], predicted: Mapping[str, Any], tolerance: float = 0.15) -> dict[str, Any]:
+    """Fidelity: the measured mean extra delay and allocated seconds per stage against the prediction."""
+    out: dict[str, Any] = {}
+
+    def rel(m: float, p: float) -> float:
+        return 0.0 if m == p else abs(m - p) / max(abs(p), 1e-9)
+
+    m, p = measured["extra_delay_mean_s"], predicted["extra_delay_mean_s"]
+    out["extra_delay_mean_s"] = {"measured": m, "predicted": p, "relative_error": rel(m, p)}
+    for name, stage in measured["stages"].items():
+        pm = predicted["stages"].get(name, {}).get("allocated_s")
+        if pm is not None:
+            out[f"{name}.allocated_s"] = {"measured": stage["allocated_s"], "predicted": pm,
+                                          "relative_error": rel(stage["allocated_s"], pm)}
+    out["ok"] = all(v["relative_error"] <= tolerance for v in out.values() if isinstance(v, dict))
+    return out
+
+
+def wait_recorded(engine: Any, batch_ids: Sequence[str], timeout_s: float = 60.0, poll_s: float = 0.2) -> None:
+    """Wait until the recorder has written every batch's completion and extra delay to the store."""
+    from sqlalchemy import func, select
+
+    from farm.store.models import Batch
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with engine.connect() as conn:
+            done = conn.execute(
+                select(func.count()).select_from(Batch).where(
+                    Batch.id.in_(list(batch_ids)), Batch.extra_delay_s.is_not(None)
+                )
+            ).scalar_one()
+        if done >= len(batch_ids):
+            return
+        if time.monotonic() > deadline:
+            raise RecordingTimeout(
+                f"the history store holds the extra delay of {done} of {len(batch_ids)} batches after "
+                f"{timeout_s:g} s: is the recorder running?"
+            )
+        time.sleep(poll_s)
+
+
+def measure(engine: Any, trace: Trace, batch_ids: Sequence[str], *, start: float, pipeline: str,
+            speed: float, knobs: Knobs, startup_s: float = 0.0) -> dict[str, Any]:
+    """design.md's metrics of the replayed batches, from the store, over [start, last completion]."""
+    from sqlalchemy import select
+
+    from farm.store.models import Batch, Decision, Request, RequestStage, Worker
+
+    queues = [f"{pipeline}.{s.name}" for s in trace.stages]
+    ids = list(batch_ids)
+    with engine.connect() as conn:
+        rows = conn.execute(select(Batch.extra_delay_s, Batch.completed_at).where(Batch.id.in_(ids))).all()
+        end = max(r.completed_at for r in rows)
+        requests = conn.execute(select(Request.request_id).where(Request.batch_id.in_(ids))).all()
+        busy = {q: 0.0 for q in queues}
+        for stage, started, finished in conn.execute(
+            select(RequestStage.stage, RequestStage.started_at, RequestStage.finished_at).where(
+                RequestStage.batch_id.in_(ids)
+            )
+        ):
+            if stage in busy and started is not None and finished is not None:
+                busy[stage] += max(0.0, finished - started)
+        allocated = {}
+        for q in queues:
+            lives = conn.execute(select(Worker.spawned_at, Worker.retired_at).where(Worker.stage == q)).all()
+            allocated[q] = allocated_seconds(lives, start, end)
+        runtimes = [
+            r for (r,) in conn.execute(
+                select(Decision.runtime_s).where(Decision.at >= start, Decision.at <= end)
+            )
+        ]
+    names = {f"{pipeline}.{s.name}": s.name for s in trace.stages}
+    return summarize(
+        extra_delays=[r.extra_delay_s for r in rows],
+        allocated={names[q]: v for q, v in allocated.items()},
+        busy={names[q]: v for q, v in busy.items()},
+        resources={s.name: s.resource for s in trace.stages},
+        costs={s.name: s.cost for s in trace.stages},
+        requests=len(requests),
+        runtimes=runtimes,
+        speed=speed,
+        policy=knobs.policy,
+        scheduler=knobs.scheduler,
+        delay_s=knobs.delay_s * speed,
+        startup_s=startup_s * speed,
+        duration_s=(end - start) * speed,
+    )
