@@ -10,10 +10,11 @@ import click
 from farm.cli.common import require_redis, settings_options
 
 
-def status_report(live, knobs) -> dict:
-    """The live state as plain data (also what --json prints)."""
+def status_report(live, knobs, planner: dict | None = None) -> dict:
+    """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
     return {
         "now": live.now,
+        "planner": planner,
         "scheduler": live.scheduler,
         "delay_s": knobs.delay_s,
         "policy": knobs.policy,
@@ -50,16 +51,18 @@ def status(settings, as_json):
 
     from farm.dispatch import inspect
     from farm.knobs import from_json, redis_key
+    from planner.service import planner_alive
 
     client = redis.Redis.from_url(require_redis(settings), decode_responses=True)
     try:
         live = inspect(client, settings, now=time.time())
         knobs = from_json(client.get(redis_key(settings.namespace)))
+        planner = planner_alive(client, settings.namespace)
     except redis.ConnectionError as exc:
         raise click.ClickException(f"cannot reach the farm's Redis at {settings.redis_url}: {exc}") from exc
     finally:
         client.close()
-    report = status_report(live, knobs)
+    report = status_report(live, knobs, planner)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -68,6 +71,9 @@ def status(settings, as_json):
 
     console = Console()
     console.print(f"scheduler [bold]{report['scheduler']}[/]  D = {report['delay_s']:g} s  policy {report['policy']}")
+    daemon = report["planner"]
+    console.print(f"planner daemon: pid {daemon.get('pid')} ({daemon.get('backend')} backend)" if daemon
+                  else "planner daemon: none running (pools stay as they are)")
     stages = Table("stage", "queued", "running", "workers", "idle", title="stages")
     for q, st in report["stages"].items():
         stages.add_row(q, str(st["queued"]), str(st["running"]), str(st["workers"]), str(st["idle"]))

@@ -30,6 +30,7 @@ def test_status_shows_an_open_batch_with_its_progress_and_queued_requests(settin
     assert (b["task"], b["size"], b["arrived"], b["done"]) == ("task-s", 4, 2, 1)
     assert report["stages"]["synthetic.compile"]["queued"] == 1
     assert report["stages"]["synthetic.compile"]["workers"] == 0
+    assert report["planner"] is None
 
 
 def test_status_prints_a_readable_table(settings):
@@ -38,8 +39,22 @@ def test_status_prints_a_readable_table(settings):
     result = _status(settings)
     assert result.exit_code == 0, result.output
     assert "task-t" in result.output and "0/2" in result.output and "scheduler ebf" in result.output
+    assert "planner daemon: none running" in result.output
 
 
 def test_status_without_a_farm_says_how_to_start_one(tmp_path):
     result = CliRunner().invoke(main, ["status"], env={"FARM_DATA_DIR": str(tmp_path), "FARM_REDIS_URL": ""})
     assert result.exit_code != 0 and "farm up" in result.output
+
+
+def test_status_names_the_planner_daemon_that_serves_the_farm(settings):
+    import redis
+
+    from planner.service import heartbeat_key
+
+    client = redis.Redis.from_url(settings.redis_url)
+    client.set(heartbeat_key(settings.namespace), json.dumps({"pid": 4242, "backend": "local"}), ex=30)
+    client.close()
+    result = _status(settings)
+    assert result.exit_code == 0, result.output
+    assert "pid 4242 (local backend)" in result.output
