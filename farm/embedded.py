@@ -86,8 +86,9 @@ class EmbeddedFarm:
         if self.flower_port is not None:
             self._start_flower()
         if self.planner:
+            pipelines = [arg for name in self.pipelines for arg in ("--pipeline", name)]
             self._start_process("planner", [sys.executable, "-m", "farm.cli", "planner", "--backend", "local",
-                                            *self.planner_args])
+                                            *pipelines, *self.planner_args])
         else:
             self._spawn_fixed_pools()
         self._write_endpoint(data_dir)

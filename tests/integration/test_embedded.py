@@ -106,3 +106,22 @@ def test_flower_shows_the_stage_workers(tmp_path):
         seen = _wait_for(lambda: (w := workers()) and len(w) >= 2 and w, 60, "Flower to list the workers")
         names = " ".join(seen)
         assert "synthetic.compile" in names and "synthetic.execute" in names
+
+
+def test_with_the_planner_the_embedded_farm_grows_its_pools_from_the_batch_hint(tmp_path):
+    from planner.service import planner_alive
+
+    with EmbeddedFarm(Settings(data_dir=str(tmp_path), lease_s=3.0), planner=True) as farm:
+        import redis
+
+        client_redis = redis.Redis.from_url(farm.settings.redis_url)
+        _wait_for(lambda: planner_alive(client_redis, farm.settings.namespace), 60, "the planner daemon's heartbeat")
+        client_redis.close()
+        assert farm.backend.list() == []  # nothing runs before a trainer says a batch is coming
+        with RewardClient(farm.settings) as client:
+            batch = client.open_batch("task-p", "synthetic", 4)
+            for i in range(4):
+                batch.submit(f"r{i}", {"times": [0.2, 0.1]})
+            results = batch.gather(timeout=90)
+        assert [r.status for r in results] == [Status.OK] * 4
+        assert {w.stage for w in farm.backend.list()} <= {"synthetic.compile", "synthetic.execute"}
