@@ -1,0 +1,102 @@
+"""Algorithm 1: stages by cost, descending; per stage a binary search for the smallest N_j that keeps the
+constraint, the others held.
+
+Before searching, one run with a worker for every request (no queueing at all) gives two things: the
+upper bound of each search (the most workers that run at once there, instead of the paper's B) and, per
+batch, the earliest completion still possible from now. A batch that is already late is judged against
+the latter (`limit = max(T + D, that)`), otherwise no pool size could satisfy it and the search would
+run to its upper bound. (Not `max(T, that) + D`: each decision would grant D again and delays would add up.)
+
+The binary search does not rely on monotonicity for correctness: its answer is always a count that was
+simulated and passed (or the upper bound, which passes by construction). With several stages list
+scheduling has anomalies (more workers upstream can reorder a downstream queue and delay a batch); then
+the answer may not be the smallest feasible count, but it is feasible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.simulate import Simulator, peak_busy
+from planner.workload import Workload
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    workers: tuple[int, ...]  # N_j: the smallest pools found that keep every batch within its limit
+    window: tuple[int, ...]  # per stage, the most workers busy in [now, now + lookahead] with those pools
+    limits: np.ndarray  # per batch: T + D, or if that is no longer possible, the earliest still possible + D
+    completion: np.ndarray  # per batch, the simulated completion with `workers`
+    order: tuple[int, ...]  # stages in the order searched
+    probes: int  # SIMULATE calls made
+
+
+def _unlimited(sim: Simulator) -> list[int]:
+    return [int(sim.running_at[k].sum()) + len(sim.queued_idx[k]) for k in range(sim.w.stages)]
+
+
+def _compulsory(sim: Simulator, k: int) -> int:
+    """A lower bound for stage k from compulsory parts: a request that must start by `cut` (else its batch
+    misses its limit, or it waits past the timeout-aware bound) and cannot finish before `a + s` surely
+    runs over [cut, a + s), whatever the pool; the most such intervals that overlap need a worker each."""
+    w = sim.w
+    idx = sim.queued_idx[k]
+    if not len(idx):
+        return 0
+    earliest = np.maximum(w.arrival[idx], w.now) + w.times[idx, :k].sum(axis=1)
+    s = w.times[idx, k]
+    lim = sim.limits[w.batch[idx]]
+    cut = lim - s - sim.rest_after[k][idx]
+    if sim.timeout_aware:  # at its first stage a request's arrival is known, so is its timeout-aware bound
+        entry = w.first_stage()[idx] == k
+        bound = np.maximum(np.maximum(w.arrival[idx], sim.floor), lim - sim.lt[k])
+        cut = np.where(entry, np.minimum(cut, bound), cut)
+    sure = cut < earliest + s
+    return peak_busy(cut[sure], (earliest + s)[sure])
+
+
+def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, timeout_aware: bool = True,
+           lookahead_s: float = math.inf) -> Plan:
+    m = w.stages
+    if len(costs) != m:
+        raise ValueError(f"need one cost per stage ({m}), got {len(costs)}")
+    free = Simulator(w, scheduler=scheduler, timeout_aware=False, limits=np.full(len(w.keys), math.inf))
+    unlimited = _unlimited(free)
+    ref = free.run(unlimited, stop_early=False, detail=True)
+    on_time = w.deadlines + delay_s
+    limits = np.where(ref.completion <= on_time, on_time, ref.completion + delay_s)
+    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, limits=limits)
+    num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
+    probes = 1
+    horizon = max(float(limits.max()) - w.now, 1e-9) if len(limits) else 1.0
+    order = tuple(sorted(range(m), key=lambda k: (-costs[k], k)))
+    for k in order:
+        idx = sim.queued_idx[k]
+        if not len(idx):
+            num[k] = 0  # nothing will wait here: the running requests keep their workers regardless
+            continue
+        work = float(w.times[idx, k].sum())
+        lo = max(1, math.ceil(work / horizon - 1e-9), _compulsory(sim, k))
+        lo, hi = min(lo, num[k]), num[k]
+        prefix = sim.prefix(num, k)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            num[k] = mid
+            probes += 1
+            if prefix is not None and sim.run(num, prefix=prefix).ok:
+                hi = mid
+            else:
+                lo = mid + 1
+        num[k] = lo
+    final = sim.run(num, stop_early=False, detail=True)
+    if not final.ok:  # the queue-free peak should pass untested; if it did not, a worker per request does
+        num = unlimited
+        final = sim.run(num, stop_early=False, detail=True)
+    probes += 1
+    window = tuple(
+        min(num[k], peak_busy(final.starts[k], final.finishes[k], w.now, w.now + lookahead_s)) for k in range(m)
+    )
+    return Plan(tuple(num), window, limits, final.completion, order, probes)

@@ -1,0 +1,83 @@
+"""decide(): the policy entry point shared by the daemon and the evaluation."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+
+from farm.knobs import Knobs
+from planner.policy import decide, parse_policy
+from planner.snapshot import QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
+
+STAGES = (StageState("compile", "cpu", 1.0, 120.0, "cuda.compile"), StageState("execute", "gpu", 8.0, 60.0, "cuda.execute"))
+
+
+def _snapshot(now=150.0, workers=0):
+    rng = np.random.default_rng(0)
+    r = 100 + rng.gamma(2.0, 30.0, 200)
+    history = np.column_stack([r, rng.normal(50, 5, 200).clip(1, 120), rng.normal(3, 1, 200).clip(0.1, 60)])
+    batch = ActiveBatch("b1", "t", 0.0, 200, arrival=[101.0, 104.0, 140.0], stage=[1, 0, 0],
+                        state=[QUEUED, RUNNING, QUEUED], since=[149.0, 104.0, 140.0])
+    stages = tuple(StageState(s.name, s.resource, s.cost, s.timeout_s, s.queue, workers=workers) for s in STAGES)
+    return Snapshot(now=now, pipeline="cuda", stages=stages, batches=(batch,), history={"t": history})
+
+
+def test_decide_is_deterministic_for_a_seed():
+    a = decide(_snapshot(), Knobs(), random.Random(5))
+    b = decide(_snapshot(), Knobs(), random.Random(5))
+    assert a == b
+
+
+def test_decide_never_reads_the_clock(monkeypatch):
+    def clock():
+        raise AssertionError("the policy read the clock")
+
+    for name in ("time", "monotonic", "perf_counter", "time_ns"):
+        monkeypatch.setattr(time, name, clock)
+    decision = decide(_snapshot(), Knobs(), random.Random(1))
+    assert set(decision.workers) == {"cuda.compile", "cuda.execute"}
+    assert decision.estimates["b1"] > 150.0
+
+
+def test_workers_are_clamped_to_the_knobs():
+    knobs = Knobs().with_stage("cuda.compile", min_workers=3, max_workers=4).with_stage("cuda.execute", max_workers=0)
+    decision = decide(_snapshot(now=50.0), knobs, random.Random(1))
+    assert decision.workers == {"cuda.compile": 3, "cuda.execute": 0}
+
+
+def test_no_active_batch_gives_the_minimum_pools():
+    snap = Snapshot(now=0.0, pipeline="cuda", stages=STAGES)
+    knobs = Knobs().with_stage("cuda.compile", min_workers=2)
+    assert decide(snap, knobs, random.Random(1)).workers == {"cuda.compile": 2, "cuda.execute": 0}
+
+
+def test_static_pools_are_what_the_policy_names():
+    decision = decide(_snapshot(), Knobs(policy="static:7,2"), random.Random(1))
+    assert decision.workers == {"cuda.compile": 7, "cuda.execute": 2}
+
+
+def test_zq_dedicated_gives_each_task_its_own_pools():
+    decision = decide(_snapshot(), Knobs(policy="zq-dedicated"), random.Random(1))
+    assert set(decision.dedicated) == {"t"}
+    assert decision.workers == decision.dedicated["t"]
+
+
+def test_ideal_needs_the_actual_requests():
+    with pytest.raises(ValueError, match="ideal"):
+        decide(_snapshot(), Knobs(policy="ideal"), random.Random(1))
+
+
+@pytest.mark.parametrize("name", ["nope", "static:", "static:1,x", "static:1,2,3"])
+def test_unknown_policies_are_refused_with_the_list(name):
+    with pytest.raises(ValueError, match="polic|pools"):
+        parse_policy(name, 2)
+
+
+def test_the_timeout_aware_policy_never_gives_fewer_workers_than_history_alone():
+    snap = _snapshot(now=380.0)
+    distrs = decide(snap, Knobs(policy="distrs"), random.Random(2)).workers
+    history = decide(snap, Knobs(policy="history"), random.Random(2)).workers
+    assert all(distrs[q] >= history[q] for q in distrs)

@@ -1,0 +1,74 @@
+"""Algorithm 1: per stage, by cost, the smallest pool that keeps every batch within its limit."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.search import search
+from planner.simulate import Simulator
+from planner.workload import Workload, single_stage
+from test_simulate import FIG9_ARRIVALS, FIG9_HISTORY, FIG9_TIMEOUT
+
+
+def test_figure_9_history_alone_gives_two_workers():
+    w = single_stage(FIG9_ARRIVALS, FIG9_HISTORY, FIG9_TIMEOUT)
+    assert search(w, [1.0], delay_s=0, timeout_aware=False).workers == (2,)
+
+
+def test_figure_9_the_timeout_aware_search_gives_three_workers():
+    w = single_stage(FIG9_ARRIVALS, FIG9_HISTORY, FIG9_TIMEOUT)
+    assert search(w, [1.0], delay_s=0, timeout_aware=True).workers == (3,)
+
+
+def test_the_costlier_stage_is_searched_first():
+    w = Workload(now=0.0, arrival=[0.0, 0.0], times=[[1.0, 1.0], [1.0, 1.0]], running=[False, False], batch=[0, 0],
+                 keys=[2.0], deadlines=[2.0], timeouts=[60.0, 60.0], workers=[0, 0], starting=[0, 0])
+    assert search(w, [1.0, 8.0], delay_s=5).order == (1, 0)
+
+
+def test_an_already_late_batch_is_judged_from_what_is_still_possible():
+    # T says 5 but it is 10 already and 20 requests of 10 s are queued: no pool meets T + D;
+    # judged from the earliest completion still possible (20) + D, one worker per request still
+    w = Workload(now=10.0, arrival=np.full(20, 3.0), times=np.full((20, 1), 10.0), running=np.zeros(20, bool),
+                 batch=np.zeros(20, int), keys=[5.0], deadlines=[5.0], timeouts=[60.0], workers=[0], starting=[0])
+    plan = search(w, [1.0], delay_s=2.0, timeout_aware=True)
+    assert plan.workers == (20,)
+    assert plan.limits[0] == 22.0  # the earliest still possible (20) + D
+
+
+def test_the_window_counts_only_what_runs_before_the_next_decision():
+    # requests arrive at 100 and later; a decision at 0 with a 10 s look-ahead needs no worker yet
+    w = single_stage([100.0, 101.0, 102.0], [5.0, 5.0, 5.0], 60.0)
+    plan = search(w, [1.0], delay_s=2.0, lookahead_s=10.0)
+    assert plan.workers[0] >= 1 and plan.window == (0,)
+
+
+two_stage = st.lists(
+    st.tuples(st.integers(0, 20), st.integers(0, 6), st.integers(0, 6), st.integers(0, 1)), min_size=1, max_size=16
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(two_stage, st.sampled_from(["ebf", "fcfs"]), st.booleans(), st.floats(0, 3))
+def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searched_does_not(
+    reqs, scheduler, timeout_aware, delay
+):
+    batch = [b for *_, b in reqs]
+    used = sorted(set(batch))
+    batch = np.array([used.index(b) for b in batch])
+    arrival = np.array([float(a) for a, *_ in reqs])
+    times = np.array([[float(c), float(e)] for _, c, e, _ in reqs])
+    t = np.full(len(used), -np.inf)
+    np.maximum.at(t, batch, arrival + times.sum(axis=1))
+    w = Workload(now=0.0, arrival=arrival, times=times, running=np.zeros(len(reqs), bool), batch=batch, keys=t,
+                 deadlines=t, timeouts=[6.0, 6.0], workers=[0, 0], starting=[0, 0])
+    plan = search(w, [1.0, 8.0], scheduler=scheduler, delay_s=delay, timeout_aware=timeout_aware)
+    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, limits=plan.limits)
+    assert sim.run(list(plan.workers), stop_early=False).ok
+    last = plan.order[-1]
+    if plan.workers[last] > 0:
+        fewer = list(plan.workers)
+        fewer[last] -= 1
+        assert not sim.run(fewer, stop_early=False).ok
