@@ -135,3 +135,13 @@ def reward_client(settings):
     for key in r.scan_iter(match=f"_kombu.binding*.{settings.namespace}.*", count=1000):
         r.delete(key)
     r.close()
+
+
+@pytest.fixture
+def engine(postgres_url):
+    """A history store migrated to head on a fresh PostgreSQL database."""
+    from tests.integration.store_support import migrated_engine
+
+    engine = migrated_engine(postgres_url)
+    yield engine
+    engine.dispose()

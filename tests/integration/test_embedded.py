@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -18,18 +17,9 @@ from farm.client import RewardClient
 from farm.config import ENDPOINT_FILE, Settings, from_env
 from farm.embedded import EmbeddedFarm, free_port
 from farm.results import Status
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
-
-
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_the_embedded_farm_serves_a_batch_and_records_its_history(tmp_path):
@@ -52,7 +42,7 @@ def test_the_embedded_farm_serves_a_batch_and_records_its_history(tmp_path):
             with Session(farm.engine) as session:
                 return session.scalars(select(models.Batch).where(models.Batch.extra_delay_s.is_not(None))).first()
 
-        row = _wait_for(recorded, 15, "the recorder to write the completed batch")
+        row = eventually(recorded, 15, what="the recorder to write the completed batch")
         assert row.size == 3 and row.task == "task-a" and row.extra_delay_s >= 0
 
 
@@ -62,7 +52,7 @@ def test_farm_up_serves_clients_that_find_it_on_their_own_and_stops_on_sigterm(t
     proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "up", "--flower-port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for(lambda: (tmp_path / ENDPOINT_FILE).exists(), 60, "farm up to publish its endpoint")
+        eventually(lambda: (tmp_path / ENDPOINT_FILE).exists(), 60, what="farm up to publish its endpoint")
         settings = from_env({"FARM_DATA_DIR": str(tmp_path)})
         assert settings.redis_url is not None
         with RewardClient(settings) as client:
@@ -103,7 +93,7 @@ def test_flower_shows_the_stage_workers(tmp_path):
             except OSError:
                 return None
 
-        seen = _wait_for(lambda: (w := workers()) and len(w) >= 2 and w, 60, "Flower to list the workers")
+        seen = eventually(lambda: (w := workers()) and len(w) >= 2 and w, 60, what="Flower to list the workers")
         names = " ".join(seen)
         assert "synthetic.compile" in names and "synthetic.execute" in names
 
@@ -115,7 +105,7 @@ def test_with_the_planner_the_embedded_farm_grows_its_pools_from_the_batch_hint(
         import redis
 
         client_redis = redis.Redis.from_url(farm.settings.redis_url)
-        _wait_for(lambda: planner_alive(client_redis, farm.settings.namespace), 60, "the planner daemon's heartbeat")
+        eventually(lambda: planner_alive(client_redis, farm.settings.namespace), 60, what="the planner daemon's heartbeat")
         client_redis.close()
         assert farm.backend.list() == []  # nothing runs before a trainer says a batch is coming
         with RewardClient(farm.settings) as client:

@@ -12,16 +12,9 @@ from sqlalchemy import func, select
 
 from farm.store.models import Batch, Request, RequestStage, Task, Worker
 from farm.store.recorder import Recorder, next_id
-from tests.integration.store_support import Emitter, migrated_engine
+from tests.integration.store_support import Emitter
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def engine(postgres_url):
-    engine = migrated_engine(postgres_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -9,16 +9,8 @@ import redis
 
 from farm.knobs import Knobs, from_json, redis_key
 from farm.store.knob_store import KnobStore
-from tests.integration.store_support import migrated_engine
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def engine(postgres_url):
-    engine = migrated_engine(postgres_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -9,16 +9,9 @@ from farm.knobs import Knobs
 from farm.store import queries
 from farm.store.decisions import record_decision
 from farm.store.recorder import Recorder
-from tests.integration.store_support import Emitter, migrated_engine
+from tests.integration.store_support import Emitter
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def engine(postgres_url):
-    engine = migrated_engine(postgres_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture
