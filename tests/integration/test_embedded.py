@@ -97,6 +97,22 @@ def test_flower_shows_the_stage_workers(tmp_path):
         names = " ".join(seen)
         assert "synthetic.compile" in names and "synthetic.execute" in names
 
+        with RewardClient(farm.settings) as client:
+            batch = client.open_batch("task-f", "synthetic", 1)
+            batch.submit("r0", {"times": [0.05, 0.05]})
+            batch.gather(timeout=30)
+
+        def task_names():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tasks", timeout=5) as r:
+                    return {t.get("name") for t in json.load(r).values()}
+            except OSError:
+                return set()
+
+        shown = eventually(lambda: (n := task_names()) >= {"farm.stage.synthetic.compile", "farm.stage.synthetic.execute"} and n,
+                           30, what="Flower to show the stage tasks")
+        assert "farm.stage.synthetic.execute" in shown
+
 
 def test_with_the_planner_the_embedded_farm_grows_its_pools_from_the_batch_hint(tmp_path):
     from planner.service import planner_alive
