@@ -158,6 +158,34 @@ class Simulator:
         # lim_b = T_b + D; the caller may pass limits already judged from what is still possible
         self.limits = (w.deadlines + delay_s) if limits is None else np.asarray(limits, dtype=np.float64)
 
+    def queue_free(self) -> SimResult:
+        """The run with a worker for every request (none ever waits): each starts at stage k when it is
+        ready there, and not before now. Closed form when new workers are ready at once
+        (`startup_s == 0`); otherwise the event loop with that many workers (who gets the idle ones
+        before the new ones are ready is then a matter of dispatch order)."""
+        w = self.w
+        m = w.stages
+        unlimited = [int(self.running_at[k].sum()) + len(self.queued_idx[k]) for k in range(m)]
+        if w.startup_s > 0:
+            return self.run(unlimited, stop_early=False, detail=True)
+        ready = self.ready0.copy()
+        starts = []
+        for k in range(m):
+            start = np.full(w.size, np.nan)
+            run_mask = self.running_at[k]
+            start[run_mask] = w.now
+            idx = self.queued_idx[k]
+            start[idx] = np.maximum(ready[idx], w.now)
+            here = run_mask | self.queued_at[k]
+            ready[here] = start[here] + w.times[here, k]
+            starts.append(start)
+        completion = np.full(len(self.keys), -_INF)
+        if len(self._present):
+            completion[self._present] = np.maximum.reduceat(np.maximum(ready, w.now)[self._by_batch], self._cuts)
+        ok = bool((completion <= self.limits + 1e-9).all())
+        finishes = tuple(np.where(self.visits[:, k], starts[k] + w.times[:, k], np.nan) for k in range(m))
+        return SimResult(ok, completion, tuple(starts), finishes)
+
     def prefix(self, workers, stage: int, base: Prefix | None = None) -> Prefix | None:
         """Run stages [base.stage, stage) and keep the ready times; None if they already violate."""
         start = base.stage if base is not None else 0

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.search import search
+from planner.search import PRECISION, _lower_bound, search
 from planner.simulate import Simulator
 from planner.workload import Workload, single_stage
 from test_simulate import FIG9_ARRIVALS, FIG9_HISTORY, FIG9_TIMEOUT
@@ -55,6 +55,7 @@ two_stage = st.lists(
 def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searched_does_not(
     reqs, scheduler, timeout_aware, delay
 ):
+    # (pools under 100 workers are searched exactly; larger ones to within PRECISION)
     batch = [b for *_, b in reqs]
     used = sorted(set(batch))
     batch = np.array([used.index(b) for b in batch])
@@ -72,3 +73,65 @@ def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searche
         fewer = list(plan.workers)
         fewer[last] -= 1
         assert not sim.run(fewer, stop_early=False).ok
+
+
+one_stage = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 8), st.integers(0, 2)), min_size=1, max_size=24)
+
+
+def _one_stage_workload(reqs) -> Workload:
+    batch = [b for *_, b in reqs]
+    used = sorted(set(batch))
+    return single_stage([float(a) for a, *_ in reqs], [float(s) for _, s, _ in reqs], 10.0,
+                        batch=[used.index(b) for b in batch])
+
+
+@settings(max_examples=80, deadline=None)
+@given(one_stage, st.sampled_from(["ebf", "fcfs"]), st.booleans(), st.floats(0, 4))
+def test_the_lower_bound_never_exceeds_the_smallest_pool_that_passes(reqs, scheduler, timeout_aware, delay):
+    w = _one_stage_workload(reqs)
+    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, delay_s=delay)
+    smallest = next((n for n in range(1, w.size + 1) if sim.run([n]).ok), None)
+    if smallest is not None:
+        assert _lower_bound(sim, 0) <= smallest
+
+
+def test_the_energy_bound_counts_work_that_must_fit_between_release_and_deadline():
+    # 12 requests of 5 s released at 0, all due by 10 (T = 5, D = 5): 60 s of work in 10 s needs 6
+    w = single_stage(np.zeros(12), np.full(12, 5.0), 60.0)
+    sim = Simulator(w, timeout_aware=False, delay_s=5.0)
+    assert _lower_bound(sim, 0) == 6
+    assert search(w, [1.0], delay_s=5.0, timeout_aware=False).workers == (6,)
+
+
+def test_a_large_pool_is_found_within_the_search_precision():
+    # 3000 requests of 10 s over 300 s, D = 2: the smallest pool that passes, to within 1%
+    arrival = np.linspace(0.0, 300.0, 3000)
+    w = single_stage(arrival, np.full(3000, 10.0), 60.0)
+    plan = search(w, [1.0], delay_s=2.0, timeout_aware=False)
+    sim = Simulator(w, timeout_aware=False, limits=plan.limits)
+    n = plan.workers[0]
+    assert sim.run([n]).ok
+    assert not sim.run([int(n / (1 + PRECISION)) - 1]).ok
+
+
+@settings(max_examples=80, deadline=None)
+@given(two_stage, st.sampled_from(["ebf", "fcfs"]), st.booleans(), st.floats(0, 3))
+def test_no_pool_below_a_stages_lower_bound_passes_even_with_the_other_stage_ample(
+    reqs, scheduler, timeout_aware, delay
+):
+    batch = [b for *_, b in reqs]
+    used = sorted(set(batch))
+    batch = np.array([used.index(b) for b in batch])
+    arrival = np.array([float(a) for a, *_ in reqs])
+    times = np.array([[float(c), float(e)] for _, c, e, _ in reqs])
+    t = np.full(len(used), -np.inf)
+    np.maximum.at(t, batch, arrival + times.sum(axis=1))
+    w = Workload(now=0.0, arrival=arrival, times=times, running=np.zeros(len(reqs), bool), batch=batch, keys=t,
+                 deadlines=t, timeouts=[6.0, 6.0], workers=[0, 0], starting=[0, 0])
+    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, delay_s=delay)
+    for k in range(2):
+        bound = _lower_bound(sim, k)
+        if bound > 0:
+            pools = [w.size, w.size]
+            pools[k] = bound - 1
+            assert not sim.run(pools, stop_early=False).ok

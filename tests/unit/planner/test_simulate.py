@@ -120,3 +120,32 @@ def test_two_stages_show_list_scheduling_anomalies():
     two = simulate(w, [2, 1], scheduler="fcfs", stop_early=False).completion
     three = simulate(w, [3, 1], scheduler="fcfs", stop_early=False).completion
     assert list(two) == [16.0, 15.0] and list(three) == [12.0, 16.0]
+
+
+queued_or_running = st.lists(
+    st.tuples(st.integers(0, 20), st.integers(0, 6), st.integers(0, 6), st.integers(0, 2), st.booleans()),
+    min_size=1, max_size=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(queued_or_running, st.sampled_from(["ebf", "fcfs"]), st.integers(0, 8))
+def test_the_queue_free_run_equals_the_event_loop_with_a_worker_per_request(reqs, scheduler, now):
+    from planner.simulate import Simulator
+
+    times = np.array([[float(c), float(e)] for _, c, e, _, _ in reqs])
+    running = np.array([r and (t > 0).any() for (*_, r), t in zip(reqs, times)])
+    arrival = np.array([float(a) for a, *_ in reqs])
+    arrival[running] = float(now)
+    batch = np.array([b for *_, b, _ in reqs])
+    keys = np.array([30.0, 10.0, 20.0])
+    w = Workload(now=float(now), arrival=arrival, times=times, running=running, batch=batch, keys=keys,
+                 deadlines=keys, timeouts=[6.0, 6.0], workers=[0, 0], starting=[0, 0])
+    sim = Simulator(w, scheduler=scheduler, timeout_aware=False, limits=np.full(3, np.inf))
+    fast = sim.queue_free()
+    first = w.first_stage()
+    loop = sim.run([int((first == k).sum() + ((times[:, k] > 0) & (first != k)).sum()) for k in range(2)],
+                   stop_early=False, detail=True)
+    assert np.allclose(fast.completion, loop.completion)
+    for a, b in zip(fast.starts, loop.starts):
+        assert np.allclose(a, b, equal_nan=True)
