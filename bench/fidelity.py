@@ -16,7 +16,7 @@ import time
 
 
 def main(argv=None) -> int:
-    from farm.demo import DEMO_MAX_WORKERS, run_demo
+    from farm.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo
     from farm.replay import parse_tasks
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -26,14 +26,20 @@ def main(argv=None) -> int:
     ap.add_argument("--speed", type=float, default=20.0)
     ap.add_argument("--max-workers", type=int, default=DEMO_MAX_WORKERS)
     ap.add_argument("--startup-s", type=float, default=None)
+    ap.add_argument("--worker-nice", type=int, default=DEMO_WORKER_NICE,
+                    help="niceness of the workers (the trainers replayed here keep theirs; 0: the same)")
+    ap.add_argument("--worker-events", action="store_true",
+                    help="have the workers send Celery task events (for a Flower; the demo runs none)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     started = time.time()
     report, _ = run_demo(speed=args.speed, trace_spec=args.trace, tasks=parse_tasks(args.tasks),
                          batches=args.batches, max_workers=args.max_workers, startup_s=args.startup_s, png=False,
+                         worker_nice=args.worker_nice, worker_events=args.worker_events,
                          say=lambda msg: print(msg, file=sys.stderr))
     out = {
         "trace": args.trace, "tasks": args.tasks, "batches": args.batches, "speed": args.speed,
+        "worker_nice": args.worker_nice, "worker_events": args.worker_events,
         "wall_s": round(time.time() - started, 1),
         "fidelity": report["fidelity"],
         "results": report["results"],

@@ -23,6 +23,12 @@ DEMO_TRACE = "demo"
 # sizes them for the worst case until history exists) does not start more processes than it can carry.
 DEMO_MAX_WORKERS = 12
 DEMO_LEASE_S = 4.0
+# The demo's trainers run on this machine, next to the workers (real trainers run elsewhere), and a burst
+# of starting workers competes with them for the CPU: at speed 20 on 2 cores their batches open up to
+# a second late. Lowering the workers' priority (FARM_WORKER_NICE, bench/fidelity.py --worker-nice) puts
+# the trainers back on time but slows the workers' own per-request work more: on the 2-core machine
+# the fidelity was worse at 10 than at 0 in every run (see bench/fidelity.py), so the demo keeps 0.
+DEMO_WORKER_NICE = 0
 
 
 def demo_knobs(base: Knobs, queues: Sequence[str], max_workers: int) -> Knobs:
@@ -103,9 +109,11 @@ def plot(path: Path, report: dict[str, Any], engine: Any, trace: Any, ideal: Any
 def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | None = None,
              max_workers: int = DEMO_MAX_WORKERS, startup_s: float | None = None, trace_spec: str = DEMO_TRACE,
              tasks: Sequence[str] | int | None = None, batches: int | None = None, png: bool = True,
-             replayer: Callable[..., dict[str, Any]] | None = None, say: Callable[[str], None] = print
-             ) -> tuple[dict[str, Any], Path | None]:
-    """Run the demo (by default the bundled demo trace, whole); returns the report and the PNG's path."""
+             replayer: Callable[..., dict[str, Any]] | None = None, say: Callable[[str], None] = print,
+             worker_nice: int = DEMO_WORKER_NICE, worker_events: bool = False) -> tuple[dict[str, Any], Path | None]:
+    """Run the demo (by default the bundled demo trace, whole); returns the report and the PNG's path.
+
+    The demo's farm runs no Flower, so its workers send no Celery task events unless `worker_events`."""
     from farm import registry
     from farm import replay as rp
     from farm.embedded import EmbeddedFarm
@@ -126,7 +134,9 @@ def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | Non
         redis = farm._redis()
         store = KnobStore(farm.engine, redis, farm.settings.namespace)
         store.save(demo_knobs(store.load(), queues, max_workers))
-        with DaemonProcess(farm.settings, ["--backend", "local", "--startup-s", str(startup)]) as daemon:
+        with DaemonProcess(farm.settings, ["--backend", "local", "--startup-s", str(startup)],
+                           env={"FARM_WORKER_NICE": str(worker_nice),
+                                "FARM_WORKER_EVENTS": "1" if worker_events else "0"}) as daemon:
             daemon.wait_ready(redis, farm.settings.namespace)
             say(f"replaying {trace_spec!r}: {len(trace.tasks)} tasks, {len(trace.batches)} batches, "
                 f"{trace.num_requests} requests, at speed {speed:g}")

@@ -231,23 +231,36 @@ class Daemon:
         """Decide at start, at every epoch message and at every tick, until `stop` is set.
 
         Ticks keep their own grid (every `tick_s` from the start, as `farm eval` replays them): an epoch
-        message in between does not move the next tick."""
+        message in between does not move the next tick. A new `tick_s` in the knobs takes effect at
+        once: the next tick comes `tick_s` after the last one (a replay shortens the tick when it starts,
+        and should not wait out the long one the daemon started with)."""
         self.start()
         self.step("start")
-        next_tick = self.monotonic() + self.knobs().tick_s
+        tick = self.knobs().tick_s
+        next_tick = self.monotonic() + tick
         while not stop.is_set():
             reason = wake.wait(max(0.0, min(next_tick - self.monotonic(), 1.0)))
+            now_tick = self._tick_s(tick)
+            if now_tick != tick:
+                next_tick, tick = next_tick - tick + now_tick, now_tick
             if reason is None:
                 if self.monotonic() < next_tick:
                     continue  # wake at least every second to notice `stop`
                 reason = "tick"
-                tick = self.knobs().tick_s
                 while next_tick <= self.monotonic():
                     next_tick += tick  # ticks missed while deciding are not made up
             try:
                 self.step(reason)
             except Exception:  # the farm keeps serving with the workers it has; try again next epoch
                 log.exception("decision epoch failed")
+
+    def _tick_s(self, current: float) -> float:
+        try:
+            tick = self.knobs().tick_s
+        except Exception:  # the knobs unreadable for a moment: keep the grid we have
+            log.warning("could not read the knobs' tick_s; keeping %g s", current, exc_info=True)
+            return current
+        return tick if tick > 0 else current
 
 
 # ------------------------------------------------------------------------------------------- wake-ups

@@ -191,7 +191,7 @@ class LiveFarm:
     def startup(self, now: float) -> float:
         """The start-up the policy plans with: the configured one, or what the workers' lives in the
         store show when that is longer (a loaded machine starts workers slower; plan for the worse)."""
-        if self._startup is None or now - self._startup[0] > STARTUP_REFRESH_S:
+        if self._startup is None or now - self._startup[0] > (STARTUP_REFRESH_S if self._startup[1] else STARTUP_RETRY_S):
             try:
                 observed = observed_startup(self.engine, since=now - STARTUP_WINDOW_S)
             except Exception:
@@ -268,7 +268,8 @@ class LiveFarm:
 
 
 STARTUP_WINDOW_S = 600.0  # start-ups of the workers spawned this recently
-STARTUP_REFRESH_S = 30.0
+STARTUP_REFRESH_S = 5.0  # re-read the observed start-up this often (a query over recent worker lives)
+STARTUP_RETRY_S = 1.0  # ... and this often while too few workers have been seen starting
 STARTUP_MIN_SAMPLES = 3
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -186,6 +187,42 @@ class StageTask(Task):
 
 
 _worker: StageWorker | None = None
+_wake_fd: int | None = None  # the write end of a pipe the worker's event loop reads
+
+
+def _shutdown_wakes_loop() -> None:
+    """Let a shutdown signal wake the worker's event loop (in the main process, once it runs).
+
+    Celery's SIGTERM handler only sets a flag, which its event loop reads between polls; an idle loop
+    polls for up to a second, so a retired idle worker would linger that long before it starts to shut
+    down. A byte written to this pipe (by `_wake_loop`, called from the handler) ends the poll at once."""
+    global _wake_fd
+    from kombu.asynchronous import get_event_loop
+
+    hub = get_event_loop()
+    if hub is None or _wake_fd is not None:
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+
+    def drain() -> None:
+        try:
+            while os.read(read_fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    hub.add_reader(read_fd, drain)
+    _wake_fd = write_fd
+
+
+def _wake_loop() -> None:
+    if _wake_fd is not None:
+        try:
+            os.write(_wake_fd, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a full pipe already wakes the loop
 
 
 def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
@@ -210,6 +247,26 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     @signals.worker_process_init.connect(weak=False)
     def start_heartbeat(**_: Any) -> None:
         process_worker().start()
+
+    @signals.worker_process_shutdown.connect(weak=False)
+    def leave_at_once(exitcode: Any = None, **_: Any) -> None:
+        # In the pool process, at its clean exit (the worker's warm shutdown: no request held, every result
+        # already taken by the main process). billiard would now report the exit over its queue and
+        # sleep a full second before `os._exit`; the main process, which reaps its child by pid, waits for
+        # that second, so a retired worker would exist a second longer for nothing. Leave now.
+        if _worker is not None:
+            _worker.stop()
+        if exitcode in (None, 0):
+            logging.shutdown()
+            os._exit(0)
+
+    @signals.worker_ready.connect(weak=False)
+    def wake_on_shutdown(**_: Any) -> None:
+        _shutdown_wakes_loop()
+
+    @signals.worker_shutting_down.connect(weak=False)
+    def shutting_down(**_: Any) -> None:
+        _wake_loop()
 
     @signals.worker_ready.connect(weak=False)
     def announce(**_: Any) -> None:

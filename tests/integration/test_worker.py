@@ -4,6 +4,7 @@ limit backs up a stage that ignores its timeout, and workers show up in the live
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -94,3 +95,53 @@ def test_the_worker_command_refuses_an_unknown_stage():
     assert result.exit_code != 0 and "no stage 'nope'" in result.output
     result = CliRunner().invoke(worker, ["--stage", "nope.compile"])
     assert result.exit_code != 0 and "unknown pipeline 'nope'" in result.output
+
+
+def test_the_worker_command_refuses_an_unknown_log_level():
+    result = CliRunner().invoke(worker, ["--stage", "synthetic.compile", "--loglevel", "chatty"])
+    assert result.exit_code != 0 and "'chatty' is not a log level" in result.output
+
+
+def test_a_retired_idle_worker_leaves_within_a_second(settings):
+    """SIGTERM wakes the idle event loop, the broker poll returns within a quarter second and the pool
+    process leaves at once: before, an idle worker took 2.5 s to go (1 s of poll, 1 s of billiard's
+    sleep at the pool process's exit, 0.5 s more); the bound leaves room for a loaded machine."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from planner.backends.common import worker_env
+
+    farm = Path(sys.executable).with_name("farm")
+    env = {**os.environ, **worker_env(settings)}
+    proc = subprocess.Popen([str(farm), "worker", "--stage", "synthetic.compile", "--name", "idle"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import redis
+
+        r = redis.Redis.from_url(settings.redis_url)
+        deadline = time.time() + 30
+        while not r.hget(f"{settings.namespace}:q:synthetic.compile:seen", "idle") and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        started = time.time()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert time.time() - started < 1.8
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_the_worker_command_takes_its_events_switch_from_the_environment(monkeypatch):
+    import farm.cli.worker as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "serve", lambda stage, name, **kw: seen.append(kw["events"]) or 0)
+    monkeypatch.delenv("FARM_WORKER_EVENTS", raising=False)
+    CliRunner().invoke(worker, ["--stage", "synthetic.compile"])
+    CliRunner().invoke(worker, ["--stage", "synthetic.compile"], env={"FARM_WORKER_EVENTS": "0"})
+    CliRunner().invoke(worker, ["--stage", "synthetic.compile", "--events"], env={"FARM_WORKER_EVENTS": "0"})
+    assert seen == [True, False, True]

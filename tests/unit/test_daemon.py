@@ -290,3 +290,23 @@ def test_ticks_keep_their_grid_whatever_epoch_messages_come_between_them():
                                         monotonic=clock)
     daemon.serve(TimedWakeup(clock, [(4.0, "opened"), (13.0, "completed")], until=35.0, stop=stop), stop)
     assert [r.reason for r in records] == ["start", "opened", "tick", "completed", "tick", "tick"]
+
+
+def test_a_shorter_tick_in_the_knobs_takes_effect_at_once():
+    clock = Clock(0.0)
+    backend, _ = fake_backend()
+    stop = threading.Event()
+    daemon, knobs_box, records, _ = make_daemon(StaticView(view({"workers": {C: 0, E: 0}})), backend,
+                                                Knobs(tick_s=100.0), monotonic=clock)
+
+    class Shorten(TimedWakeup):
+        def wait(self, timeout):
+            if self.clock.t >= 3.0:
+                knobs_box["k"] = Knobs(tick_s=2.0)  # as a replay sets the compressed clock's knobs
+            return super().wait(timeout)
+
+    daemon.serve(Shorten(clock, [], until=8.5, stop=stop), stop)
+    ticks = [r.at for r in records if r.reason == "tick"]
+    # the knobs change at 3: the tick due at 2 under the new period comes at once (at 4), then at 6 and 8;
+    # under the old period the next tick would have come at 100
+    assert [r.reason for r in records][:1] == ["start"] and len(ticks) == 3

@@ -123,3 +123,24 @@ def test_the_snapshot_carries_the_knobs_overrides_and_the_pools():
     execute = snap.stages[1]
     assert (execute.timeout_s, execute.cost, execute.workers, execute.starting) == (3.0, 2.0, 4, 1)
     assert snap.startup_s == pytest.approx(1.5) and snap.stages[0].workers == 0
+
+
+def test_the_start_up_the_policy_plans_with_is_read_again_soon_while_unobserved(monkeypatch):
+    import planner.live as live
+
+    answers = [None, None, 2.5, 0.7]
+    reads = []
+
+    def observed(engine, since):
+        reads.append(since)
+        return answers[len(reads) - 1]
+
+    monkeypatch.setattr(live, "observed_startup", observed)
+    farm = live.LiveFarm(SimpleNamespace(namespace="t"), redis=None, engine=None, startup_s=1.0)
+
+    assert farm.startup(100.0) == 1.0  # nothing observed yet: the configured prior
+    assert farm.startup(100.0 + live.STARTUP_RETRY_S / 2) == 1.0 and len(reads) == 1
+    assert farm.startup(101.0 + live.STARTUP_RETRY_S) == 1.0 and len(reads) == 2  # asked again a second later
+    assert farm.startup(102.1 + 2 * live.STARTUP_RETRY_S) == 2.5  # observed: slower than the prior
+    assert farm.startup(103.0 + 2 * live.STARTUP_RETRY_S) == 2.5 and len(reads) == 3  # kept for a while
+    assert farm.startup(110.0 + live.STARTUP_REFRESH_S) == 1.0 and len(reads) == 4  # faster: the prior stays
