@@ -10,7 +10,8 @@ things: which workers exist (`list`), to start some for a stage (`spawn`), and t
 - Idempotent. `spawn(stage, n, request_id=...)` with a request id already used while those workers
   exist starts nothing new; `retire` of a worker already stopping or gone is a no-op.
 - Warm shutdown. Retiring sends SIGTERM (a Celery worker finishes its current request, then exits);
-  a worker is killed only after the stage's timeout plus a grace period, never before.
+  a worker is killed only after the stage's timeout plus a grace period, never before - except one that
+  never became ready, which holds no request and may be killed soon after (local: `STARTING_KILL_S`).
 - Restart safe. A fresh backend on the same namespace re-adopts what a previous one spawned
   (`reconcile`, from labels or process records): no orphans, no duplicates.
 - Worker lives are history: `worker_spawned` (and again for each worker adopted by `reconcile`) and
