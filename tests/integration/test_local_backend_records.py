@@ -231,11 +231,12 @@ def test_the_workers_niceness_is_checked_and_applied(settings, monkeypatch):
         stat = open(f"/proc/{worker.ref}/stat").read()
         return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5): nice
 
+    expected = min(19, os.nice(0) + 5)  # niceness adds to the daemon's own (a CI run may itself be niced)
     try:
         deadline = time.time() + 10  # `nice` sets it, then execs the worker: a moment after the spawn
-        while niceness() != 5 and time.time() < deadline:
+        while niceness() != expected and time.time() < deadline:
             time.sleep(0.02)
-        assert niceness() == 5
+        assert niceness() == expected
     finally:
         os.killpg(int(worker.ref), 9)
 
