@@ -145,3 +145,13 @@ def engine(postgres_url):
     engine = migrated_engine(postgres_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def emit(redis_url, namespace):
+    """Writes history events to the test namespace's stream, as workers and clients do."""
+    from tests.integration.store_support import Emitter
+
+    emitter = Emitter(redis_url, namespace)
+    yield emitter
+    emitter.close()

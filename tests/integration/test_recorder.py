@@ -12,16 +12,8 @@ from sqlalchemy import func, select
 
 from farm.store.models import Batch, Request, RequestStage, Task, Worker
 from farm.store.recorder import Recorder, next_id
-from tests.integration.store_support import Emitter
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def emit(redis_url, namespace):
-    emitter = Emitter(redis_url, namespace)
-    yield emitter
-    emitter.close()
 
 
 def _batch(engine, batch_id):

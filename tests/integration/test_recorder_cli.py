@@ -9,16 +9,8 @@ from sqlalchemy import select
 from farm.cli import main
 from farm.store import engine as store
 from farm.store.models import Batch
-from tests.integration.store_support import Emitter
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def emit(redis_url, namespace):
-    emitter = Emitter(redis_url, namespace)
-    yield emitter
-    emitter.close()
 
 
 def _batches(url):

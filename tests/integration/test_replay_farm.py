@@ -59,6 +59,11 @@ def test_a_tiny_trace_replays_end_to_end_with_the_eval_keys_measured_and_predict
         assert expected * 0.95 <= stage["busy_s"] <= expected * 1.5
         assert stage["allocated_s"] >= stage["busy_s"]
     assert report["fidelity"]["extra_delay_mean_s"]["predicted"] == predicted["extra_delay_mean_s"]
+    # the prediction's worker physics, measured on this run: the planner spawned workers that took requests
+    physics = report["physics"]
+    assert physics["startup_samples"] >= 3 and physics["startup_s"] + physics["startup_per_start_s"] > 0
+    assert physics["dispatch_samples"] >= 3 and 0 < physics["dispatch_s"] < 5.0
+    assert physics["retire_s"] >= 0
 
 
 def test_the_replay_restores_the_operators_knobs(farm, daemon):
