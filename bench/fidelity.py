@@ -4,7 +4,11 @@ the evaluation's prediction for the same trace, knobs and start-up time (issue 4
 
     python bench/fidelity.py [--trace demo] [--tasks 2] [--batches 5] [--speed 20] [--json]
 
-Prints the measured and predicted figures, the relative errors and whether each is within 15%.
+Prints the measured and predicted figures, the relative errors and whether each is within 15%. The
+prediction models the workers' physics as measured on the same run (start-up under load, exit lag,
+dispatch latency: the
+report's `physics`); `--json` also gives `predicted_plain`, the prediction with the median start-up
+alone and no exit lag (the model before), for comparison.
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ import time
 
 
 def main(argv=None) -> int:
+    from dataclasses import replace
+
+    from farm import replay as rp
     from farm.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo
+    from farm.knobs import Knobs
     from farm.replay import parse_tasks
+    from farm.replay_metrics import within
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="demo", help="a trace file or a bundled trace's name")
@@ -33,7 +42,15 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     started = time.time()
-    report, _ = run_demo(speed=args.speed, trace_spec=args.trace, tasks=parse_tasks(args.tasks),
+
+    def replayer(settings, engine, trace, options):
+        report = rp.run(settings, engine, trace, options)
+        plain = replace(options, startup_s=report["startup_s"], startup_per_start_s=0.0, retire_s=0.0,
+                        dispatch_s=0.0)
+        report["predicted_plain"] = rp.predict(trace, Knobs.from_dict(report["knobs"]), plain)
+        return report
+
+    report, _ = run_demo(replayer=replayer, speed=args.speed, trace_spec=args.trace, tasks=parse_tasks(args.tasks),
                          batches=args.batches, max_workers=args.max_workers, startup_s=args.startup_s, png=False,
                          worker_nice=args.worker_nice, worker_events=args.worker_events,
                          say=lambda msg: print(msg, file=sys.stderr))
@@ -45,6 +62,11 @@ def main(argv=None) -> int:
         "results": report["results"],
         "measured": report["measured"],
         "predicted": report["predicted"],
+        "knobs": report["knobs"],  # in trace time
+        "startup_s": report["startup_s"],
+        "physics": report["physics"],
+        "predicted_plain": report["predicted_plain"],
+        "fidelity_plain": within(report["measured"], report["predicted_plain"]),
     }
     if args.json:
         print(json.dumps(out, indent=2))
@@ -53,6 +75,11 @@ def main(argv=None) -> int:
             if isinstance(v, dict):
                 print(f"{name:28s} measured {v['measured']:10.2f}  predicted {v['predicted']:10.2f}  "
                       f"error {v['relative_error']:6.1%}")
+        print("physics measured on this run (real s): " + ", ".join(
+            f"{k} {v:.3g}" for k, v in report["physics"].items() if v is not None))
+        plain = out["fidelity_plain"]
+        print("errors of the plain model (median start-up only; no load, exit lag or dispatch latency): " + ", ".join(
+            f"{k} {v['relative_error']:.1%}" for k, v in plain.items() if isinstance(v, dict)))
         print(f"within 15%: {report['fidelity']['ok']}; results lost {report['results']['lost']}, "
               f"duplicated {report['results']['duplicated']}; wall {out['wall_s']} s")
     return 0

@@ -144,7 +144,7 @@ def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | Non
         path = None
         if png:
             in_trace_time = Knobs.from_dict(report["knobs"])
-            same_run = replace(options, startup_s=report["startup_s"])
+            same_run = rp.same_run(options, report)
             ideal = rp.predict_result(trace, replace(in_trace_time, policy="ideal"), same_run)
             predicted = rp.predict_result(trace, in_trace_time, same_run)
             path = plot(out / "demo-workers.png", report, farm.engine, trace, ideal, predicted, options.pipeline)

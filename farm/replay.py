@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from farm.knobs import Knobs
-from farm.replay_metrics import RecordingTimeout, measure, wait_recorded, within
+from farm.replay_metrics import RecordingTimeout, measure, wait_recorded, within, worker_physics
 from planner.trace import Trace, TraceBatch
 
 PIPELINE = "synthetic"
@@ -214,6 +214,10 @@ class ReplayOptions:
     policy: str | None = None  # default: the knobs'
     scheduler: str | None = None  # default: the knobs'
     startup_s: float = 2.0  # real seconds a new worker takes here, when the run's workers do not show it
+    startup_per_start_s: float = 0.0  # real seconds more per worker starting at the same time (idem)
+    retire_s: float = 0.0  # real seconds a retired worker still exists (idem)
+    dispatch_s: float = 0.0  # real seconds a request takes to reach a free worker (idem)
+    policy_startup_s: float | None = None  # the start-up the planner is told (default: startup_s)
     seed: int = 0
     pipeline: str = PIPELINE
     record_timeout_s: float = 60.0
@@ -221,8 +225,12 @@ class ReplayOptions:
     def __post_init__(self) -> None:
         if not (isinstance(self.speed, (int, float)) and math.isfinite(self.speed) and self.speed > 0):
             raise ReplayError(f"--speed must be a number > 0, not {self.speed!r}")
-        if self.startup_s < 0:
-            raise ReplayError(f"startup_s must be >= 0, not {self.startup_s!r}")
+        for name in ("startup_s", "startup_per_start_s", "retire_s", "dispatch_s", "policy_startup_s"):
+            value = getattr(self, name)
+            if value is None and name == "policy_startup_s":
+                continue
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ReplayError(f"{name} must be a number >= 0, not {value!r}")
 
 
 def trace_knobs(base: Knobs, trace: Trace, options: ReplayOptions) -> Knobs:
@@ -232,11 +240,27 @@ def trace_knobs(base: Knobs, trace: Trace, options: ReplayOptions) -> Knobs:
 
 
 def predict_result(trace: Trace, knobs: Knobs, options: ReplayOptions) -> Any:
-    """`farm eval`'s replay of the same trace and knobs, a new worker ready startup_s x K later."""
+    """`farm eval`'s replay of the same trace and knobs, its worker physics (real seconds) times K: a new
+    worker ready (startup_s + startup_per_start_s x workers starting) x K later, a retired one gone
+    retire_s x K later, a request at its worker dispatch_s x K after it is taken, the policy told a
+    start-up of policy_startup_s x K."""
     from planner.replay import replay
 
-    return replay(trace, knobs, startup_s=options.startup_s * options.speed, seed=options.seed,
-                  pipeline=options.pipeline)
+    k = options.speed
+    told = None if options.policy_startup_s is None else options.policy_startup_s * k
+    return replay(trace, knobs, startup_s=options.startup_s * k, startup_per_start_s=options.startup_per_start_s * k,
+                  retire_s=options.retire_s * k, dispatch_s=options.dispatch_s * k, policy_startup_s=told,
+                  seed=options.seed, pipeline=options.pipeline)
+
+
+def same_run(options: ReplayOptions, report: Mapping[str, Any]) -> ReplayOptions:
+    """The options of a run's prediction: the worker physics measured on that run (`report["physics"]`), the
+    planner told the start-up it was told live: the larger of the configured one and the observed median
+    (`report["startup_s"]`), as planner.live does."""
+    physics = report["physics"]
+    return replace(options, startup_s=physics["startup_s"], startup_per_start_s=physics["startup_per_start_s"],
+                   retire_s=physics["retire_s"], dispatch_s=physics["dispatch_s"],
+                   policy_startup_s=max(options.startup_s, report["startup_s"]))
 
 
 def predict(trace: Trace, knobs: Knobs, options: ReplayOptions) -> dict[str, Any]:
@@ -287,9 +311,14 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
             wait_recorded(engine, batch_ids, options.record_timeout_s)
         except RecordingTimeout as exc:
             raise ReplayError(str(exc)) from exc
+        # the prediction for *this* run: new workers as slow to start, retired ones as slow to exit, as
+        # they were on this machine during it
         from planner.live import observed_startup
 
-        # the prediction for *this* run: new workers as slow to start as they were on this machine
+        end = _last_completion(engine, batch_ids)
+        physics = worker_physics(engine, since=t0 - 60.0, until=end, startup_s=options.startup_s,
+                                 startup_per_start_s=options.startup_per_start_s, retire_s=options.retire_s,
+                                 dispatch_s=options.dispatch_s)
         startup = observed_startup(engine, since=t0 - 60.0) or options.startup_s
         measured = measure(engine, trace, batch_ids, start=t0, pipeline=options.pipeline, speed=options.speed,
                            knobs=live, startup_s=startup)
@@ -303,7 +332,8 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
     report: dict[str, Any] = {
         "measured": measured,
         "started_at": t0,  # epoch seconds of the trace's origin on the farm's clock
-        "startup_s": startup,  # real seconds a new worker took to be ready here (median), used by the prediction
+        "startup_s": startup,  # real seconds a new worker took to be ready here (median)
+        "physics": physics.to_dict(),  # what the prediction assumes, measured on this run (real seconds)
         "results": {
             "expected": len(expected),
             "received": sum(seen.values()),
@@ -314,9 +344,19 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
     }
     report["knobs"] = in_trace_time.to_dict()
     if predict_too:
-        report["predicted"] = predict(trace, in_trace_time, replace(options, startup_s=startup))
+        report["predicted"] = predict(trace, in_trace_time, same_run(options, report))
         report["fidelity"] = within(measured, report["predicted"])
     return report
+
+
+def _last_completion(engine: Any, batch_ids: Sequence[str]) -> float:
+    from sqlalchemy import func, select
+
+    from farm.store.models import Batch
+
+    with engine.connect() as conn:
+        query = select(func.max(Batch.completed_at)).where(Batch.id.in_(list(batch_ids)))
+        return float(conn.execute(query).scalar_one())
 
 
 def _merge(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:

@@ -7,6 +7,17 @@ at once, then workers still starting, then busy ones as they finish their reques
 leaves first). Requests take the trace's actual times. A free worker takes the most urgent request of
 its stage (EBF: the batch key of the latest decision, then queue time; FCFS: queue time), so queued
 requests are re-ordered when a decision changes a key, as in the live queues.
+
+Three optional physical effects, all off by default (`farm eval` models none), for `farm replay`'s
+prediction of a live run with parameters measured on that run:
+
+- start-up under load: a new worker is ready `startup_s + startup_per_start_s x n` later, n the workers
+  still starting at that moment plus its rank among the decision's new workers (stage order): start-ups
+  share the machine's CPUs and finish in turn.
+- exit lag: a retired worker still exists for `retire_s` (an idle or starting one from its retirement, a
+  busy one from the end of its request): allocated, no longer part of its pool, taking no request.
+- dispatch latency: a request a free worker takes reaches it `dispatch_s` later (the queue's round trip),
+  the worker held meanwhile; the request's stage ends `dispatch_s` + its time after it was taken.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from planner.trace import Trace
 
 STARTUP_PRESETS = {"paper": 0.0, "realistic": 30.0}  # seconds for a new worker to be ready
 # event priorities at one instant: workers free up and arrive before requests are dispatched
-_FINISH, _READY, _OPEN, _ARRIVE, _TICK = 0, 1, 2, 3, 4
+_FINISH, _READY, _OPEN, _ARRIVE, _TICK, _LEAVE = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -38,11 +49,16 @@ class _Pool:
     busy: int = 0
     starting: dict = field(default_factory=dict)  # worker id -> ready time
     target: int = 0
+    leaving: int = 0  # retired, not gone yet (exit lag): allocated, not in the pool
     queues: dict = field(default_factory=dict)  # batch index -> deque of (queued at, seq, request)
 
     @property
     def count(self) -> int:
         return self.idle + self.busy + len(self.starting)
+
+    @property
+    def allocated(self) -> int:
+        return self.count + self.leaving
 
 
 class _Batch:
@@ -67,10 +83,21 @@ class _Batch:
 
 
 def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0, pipeline: str = "trace",
-           progress: Callable[[float], None] | None = None) -> ReplayResult:
-    """Replay `trace` under `knobs` (policy, scheduler, D, tick); metrics as design.md defines them."""
-    if startup_s < 0:
-        raise ValueError("startup_s must be >= 0")
+           progress: Callable[[float], None] | None = None, startup_per_start_s: float = 0.0,
+           retire_s: float = 0.0, policy_startup_s: float | None = None, dispatch_s: float = 0.0) -> ReplayResult:
+    """Replay `trace` under `knobs` (policy, scheduler, D, tick); metrics as design.md defines them.
+
+    A new worker is ready `startup_s + startup_per_start_s x (workers starting then + its rank in the
+    decision)` later; a retired one exists `retire_s` longer; a request reaches its worker `dispatch_s`
+    after it is taken (see the module's docstring). The defaults, `farm eval`'s model: a constant
+    start-up, no exit lag, no dispatch latency. The policy is told a start-up of `policy_startup_s` (default: `startup_s`), as a live planner is told
+    its configured or observed one."""
+    if policy_startup_s is None:
+        policy_startup_s = startup_s
+    for name, value in (("startup_s", startup_s), ("startup_per_start_s", startup_per_start_s),
+                        ("retire_s", retire_s), ("policy_startup_s", policy_startup_s), ("dispatch_s", dispatch_s)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
     if not trace.batches:
         raise ValueError("the trace has no batches to replay")
     m = len(trace.stages)
@@ -105,8 +132,14 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
     def counts() -> tuple[int, ...]:
         out = [0] * m
         for (k, _), p in pools.items():
-            out[k] += p.count
+            out[k] += p.allocated
         return tuple(out)
+
+    def leave(p: _Pool, n: int, now: float) -> None:
+        """n workers retired from `p` at `now`: gone at once, or after the exit lag."""
+        if n > 0 and retire_s > 0:
+            p.leaving += n
+            events.push(now + retire_s, _LEAVE, (p, n))
 
     def enqueue(b: _Batch, i: int, k: int, t: float) -> None:
         b.stage[i], b.state[i], b.since[i] = k, QUEUED, t
@@ -139,7 +172,7 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
                 arrival=b.requests[:a, 0], stage=b.stage[:a], state=b.state[:a], since=b.since[:a],
                 oracle=b.requests if kind == "ideal" else None))
         return Snapshot(now=now, pipeline=pipeline, stages=tuple(stage_states), batches=tuple(live),
-                        history=dict(history), startup_s=startup_s)
+                        history=dict(history), startup_s=policy_startup_s)
 
     def apply(decision, now: float) -> None:
         for b in active.values():
@@ -153,19 +186,32 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
         for (k, task), n in targets.items():
             p = pools.setdefault((k, task), _Pool())
             p.target = int(n)
-            if p.count < p.target:
-                for _ in range(p.target - p.count):
-                    if startup_s > 0:
-                        wid = next(ids)
-                        p.starting[wid] = now + startup_s
-                        events.push(now + startup_s, _READY, (p, wid))
-                    else:
-                        p.idle += 1
-            elif p.count > p.target:
-                p.idle -= min(p.idle, p.count - p.target)
+            if p.count > p.target:
+                idle = min(p.idle, p.count - p.target)
+                p.idle -= idle
+                leave(p, idle, now)
                 for wid in sorted(p.starting, key=lambda w: -p.starting[w])[: max(p.count - p.target, 0)]:
                     del p.starting[wid]
+                    leave(p, 1, now)
                 # busy workers beyond the target leave as they finish (see _FINISH)
+        new = {key: pools[key].target - pools[key].count for key in targets if pools[key].count < pools[key].target}
+        if not new:
+            return
+        # start-ups share the CPUs: the j-th new worker of this decision is ready after those under way
+        # and the j - 1 before it (in stage order, as the live planner spawns them)
+        under_way = sum(len(p.starting) for p in pools.values()) if startup_per_start_s > 0 else 0
+        j = 0
+        for key, n in new.items():
+            p = pools[key]
+            for _ in range(n):
+                j += 1
+                ready_at = now + startup_s + startup_per_start_s * (under_way + j)
+                if ready_at > now:
+                    wid = next(ids)
+                    p.starting[wid] = ready_at
+                    events.push(ready_at, _READY, (p, wid))
+                else:
+                    p.idle += 1
 
     def dispatch(now: float) -> None:
         for (k, _), p in pools.items():
@@ -184,7 +230,7 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
                 p.busy += 1
                 s = float(b.requests[i, 1 + k])
                 busy_s[k] += s
-                events.push(now + s, _FINISH, (p, b, i, k))
+                events.push(now + dispatch_s + s if dispatch_s > 0 else now + s, _FINISH, (p, b, i, k))
 
     now = t0
     last = t0
@@ -201,6 +247,8 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
                 p.busy -= 1
                 if p.count < p.target:  # otherwise the pool is over its target: this worker retires
                     p.idle += 1
+                else:
+                    leave(p, 1, now)
                 nxt = b.next_stage(i, k)
                 if nxt >= 0:
                     enqueue(b, i, nxt, now)
@@ -217,6 +265,9 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
                 for i in range(b.size):
                     events.push(b.tb.start_s + float(b.requests[i, 0]), _ARRIVE, (b, i))
                 need_decision = True
+            elif prio == _LEAVE:
+                p, n = ev
+                p.leaving -= n
             elif prio == _ARRIVE:
                 b, i = ev
                 b.arrived += 1
@@ -226,7 +277,7 @@ def replay(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0,
                 elif finish_request(b, i, now):  # visits no stage: done on arrival
                     remaining -= 1
                     need_decision = True
-            else:
+            else:  # _TICK
                 need_decision = True
                 if now > stall_at:
                     raise RuntimeError(f"replay stalled: {remaining} batches unfinished a day after the last arrival")

@@ -96,9 +96,11 @@ def print_report(report: Mapping[str, Any]) -> None:
         table.add_row(*(row if p else row[:2]))
     console = Console()
     console.print(table)
-    if "startup_s" in report:
-        console.print(f"new workers took {report['startup_s']:.1f} s to be ready here (median); the prediction "
-                      f"assumes that, {report['startup_s'] * m['speed']:.0f} s in trace time")
+    physics = report.get("physics")
+    if physics:
+        console.print(f"measured on this run and assumed by the prediction (real seconds): start-up "
+                      f"{physics['startup_s']:.2f} s + {physics['startup_per_start_s']:.3f} s per concurrent start, "
+                      f"exit lag {physics['retire_s']:.2f} s, dispatch {physics['dispatch_s']:.3f} s")
     results = report["results"]
     console.print(f"results: {results['received']} of {results['expected']} received, {results['lost']} lost, "
                   f"{results['duplicated']} duplicated; statuses {results['statuses']}")

@@ -62,3 +62,52 @@ def test_the_summary_has_the_reported_fields(small_trace):
         assert key in s
     assert set(s["stages"]) == {"compile", "execute"}
     assert set(s["stages"]["execute"]) >= {"allocated_s", "busy_s", "normalized"}
+
+
+# ---------------------------------------------------------------- the worker physics of a live run (off by default)
+
+
+def _one_stage(rows):
+    stage = TraceStage("run", "cpu", 1.0, 60.0)
+    return Trace(stages=(stage,), batches=(TraceBatch("a", 0, 0.0, np.array(rows, dtype=float)),))
+
+
+def test_start_ups_under_load_come_in_turn_after_those_under_way():
+    trace = _one_stage([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+    knobs = _knobs("static:3", trace=trace)
+    flat = replay(trace, knobs, startup_s=1.0)
+    loaded = replay(trace, knobs, startup_s=1.0, startup_per_start_s=0.5)
+    # one decision, three new workers: ready at 1.5, 2.0 and 2.5; T is 1
+    assert flat.extra_delay[0] == pytest.approx(1.0)
+    assert loaded.extra_delay[0] == pytest.approx(2.5)
+
+
+def test_a_dispatch_latency_delays_each_request_and_holds_its_worker_not_its_busy_seconds():
+    trace = _one_stage([[0.0, 1.0], [0.0, 1.0]])
+    result = replay(trace, _knobs("static:1", trace=trace), dispatch_s=0.25)
+    assert result.extra_delay[0] == pytest.approx(2 * 1.25 - 1.0)  # one worker, two requests in turn
+    assert result.busy_s[0] == pytest.approx(2.0)
+
+
+def test_an_exit_lag_keeps_retired_workers_allocated_and_changes_no_busy_second(small_trace):
+    knobs = _knobs("distrs", trace=small_trace)
+    quick = replay(small_trace, knobs)
+    lagging = replay(small_trace, knobs, retire_s=5.0)
+    assert np.allclose(lagging.busy_s, quick.busy_s)
+    assert lagging.allocated_s.sum() > quick.allocated_s.sum()
+    assert max(sum(c) for _, c in lagging.timeline) >= max(sum(c) for _, c in quick.timeline)
+
+
+def test_the_defaults_are_farm_evals_model(small_trace):
+    knobs = _knobs("distrs", trace=small_trace)
+    plain = replay(small_trace, knobs, startup_s=2.0)
+    explicit = replay(small_trace, knobs, startup_s=2.0, startup_per_start_s=0.0, retire_s=0.0, dispatch_s=0.0,
+                      policy_startup_s=2.0)
+    assert np.array_equal(plain.extra_delay, explicit.extra_delay)
+    assert np.array_equal(plain.allocated_s, explicit.allocated_s)
+
+
+@pytest.mark.parametrize("name", ["startup_per_start_s", "retire_s", "dispatch_s", "policy_startup_s"])
+def test_a_negative_physics_parameter_is_refused(small_trace, name):
+    with pytest.raises(ValueError, match=name):
+        replay(small_trace, _knobs("distrs", trace=small_trace), **{name: -1.0})
