@@ -50,12 +50,8 @@ two_stage = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None)
-@given(two_stage, st.sampled_from(["ebf", "fcfs"]), st.booleans(), st.floats(0, 3))
-def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searched_does_not(
-    reqs, scheduler, timeout_aware, delay
-):
-    # (pools under 100 workers are searched exactly; larger ones to within PRECISION)
+def _two_stage_workload(reqs) -> Workload:
+    """Requests (arrival, compile s, execute s, batch) as a workload keyed by each batch's actual T."""
     batch = [b for *_, b in reqs]
     used = sorted(set(batch))
     batch = np.array([used.index(b) for b in batch])
@@ -65,6 +61,16 @@ def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searche
     np.maximum.at(t, batch, arrival + times.sum(axis=1))
     w = Workload(now=0.0, arrival=arrival, times=times, running=np.zeros(len(reqs), bool), batch=batch, keys=t,
                  deadlines=t, timeouts=[6.0, 6.0], workers=[0, 0], starting=[0, 0])
+    return w
+
+
+@settings(max_examples=80, deadline=None)
+@given(two_stage, st.sampled_from(["ebf", "fcfs"]), st.booleans(), st.floats(0, 3))
+def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searched_does_not(
+    reqs, scheduler, timeout_aware, delay
+):
+    # (pools under 100 workers are searched exactly; larger ones to within PRECISION)
+    w = _two_stage_workload(reqs)
     plan = search(w, [1.0, 8.0], scheduler=scheduler, delay_s=delay, timeout_aware=timeout_aware)
     sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, limits=plan.limits)
     assert sim.run(list(plan.workers), stop_early=False).ok
@@ -119,15 +125,7 @@ def test_a_large_pool_is_found_within_the_search_precision():
 def test_no_pool_below_a_stages_lower_bound_passes_even_with_the_other_stage_ample(
     reqs, scheduler, timeout_aware, delay
 ):
-    batch = [b for *_, b in reqs]
-    used = sorted(set(batch))
-    batch = np.array([used.index(b) for b in batch])
-    arrival = np.array([float(a) for a, *_ in reqs])
-    times = np.array([[float(c), float(e)] for _, c, e, _ in reqs])
-    t = np.full(len(used), -np.inf)
-    np.maximum.at(t, batch, arrival + times.sum(axis=1))
-    w = Workload(now=0.0, arrival=arrival, times=times, running=np.zeros(len(reqs), bool), batch=batch, keys=t,
-                 deadlines=t, timeouts=[6.0, 6.0], workers=[0, 0], starting=[0, 0])
+    w = _two_stage_workload(reqs)
     sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, delay_s=delay)
     for k in range(2):
         bound = _lower_bound(sim, k)
