@@ -78,7 +78,10 @@ class EmbeddedFarm:
             self.settings = self.settings.with_(redis_url=self._start_redis(data_dir))
         self._engine = open_store(self.settings)
         redis = self._redis()
-        KnobStore(self._engine, redis, self.settings.namespace).publish()
+        try:
+            KnobStore(self._engine, redis, self.settings.namespace).publish()
+        finally:
+            redis.close()
         self._recorder = Recorder(self.settings, self._engine)
         self._thread("recorder", self._recorder.run_forever, self._stop)
         self._backend = create("local", self.settings)
