@@ -48,7 +48,7 @@ class Knobs:
     delay_s: float = 2.0  # D: the tolerated extra delay of a batch
     scheduler: str = "ebf"
     policy: str = "distrs"
-    tick_s: float = 10.0  # the planner's periodic decision, a safety net beside batch events
+    tick_s: float = 1.0  # the planner's periodic decision beside batch events (decisions take milliseconds)
     stages: Mapping[str, StageKnobs] = field(default_factory=dict)  # by queue, "<pipeline>.<stage>"
 
     def __post_init__(self) -> None:

@@ -13,8 +13,12 @@ Policies (`knobs.policy`):
 Algorithm 1 sizes a pool that is constant until every active batch is done. Decisions recur at least
 every `knobs.tick_s`, so the pool needed *now* is only what that schedule keeps busy until the next
 decision can take effect (`tick_s + startup_s`): that is the decision, and an idle rollout phase costs
-nothing. Estimating policies add one spare worker per stage for batches in their end phase (`_reserve`).
-A scale-down inside the tolerance band is skipped (no churn for a worker or two).
+nothing. The shorter the tick, the closer the pools follow that schedule: decisions take milliseconds,
+so the default tick is one second. Where a request the estimate did not foresee could wait longer than D
+for the next decision's worker (`tick_s + startup_s > D`), estimating policies add a spare worker per stage
+for batches in their end phase (`_reserve`). A scale-down inside the tolerance band (the pool at most
+10% over its need, as Kubernetes' replica calculator tolerates; see `_band`) is skipped: no churn for a
+worker or two.
 
 A task's first batch borrows the pipeline's other tasks' history; with none at all (a cold farm) see
 `planner.estimate` for the default. The EBF key of a batch is its T from Eq. 1-2 over its estimated
@@ -53,8 +57,14 @@ def parse_policy(name: str, stages: int | None = None) -> tuple[str, tuple[int, 
     return "static", counts
 
 
-def _band(need: int, current: int) -> int:
-    if need > 0 and need <= current <= math.ceil(need * (1 + TOLERANCE)):
+def _band(need: int, current: int, startup_s: float) -> int:
+    """Keep a pool up to 10% over its need. Where a replacement costs a start-up, a small pool keeps
+    one surplus worker too (retired now and needed again soon, it would be paid for twice); with
+    instant start-ups churn costs nothing, and a pool of under 10 workers keeps none."""
+    top = need * (1 + TOLERANCE)
+    if startup_s > 0:
+        top = math.ceil(top)
+    if need > 0 and need <= current <= top:
         return current
     return need
 
@@ -95,15 +105,19 @@ def _zq_batch(snapshot: Snapshot, b: ActiveBatch, lookahead: float) -> np.ndarra
     return np.maximum(_zero_queue_peaks(np.asarray(h, dtype=np.float64)), present)
 
 
-def _reserve(snapshot: Snapshot, keys: np.ndarray, tick_s: float) -> np.ndarray:
+def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
     """Spare workers at each stage that a request of a batch in its end phase may still reach.
 
     The estimate cannot say which in-flight request goes on to a later stage nor when; near a batch's
-    end such a request may be its critical one, and between two decisions it would wait for a worker.
-    End phase: the batch is due within the sum of the timeouts (any request still out may be critical).
-    One spare, plus one per tick a new worker takes to start (a spare used up is replaced that late).
+    end such a request may be its critical one, and it waits for the next decision's worker: up to
+    `tick_s + startup_s`. Within D that wait needs no spare. Beyond it, a batch in its end phase (due
+    within the sum of the timeouts: any request still out may be critical) gets one spare per stage its
+    requests may still reach, plus one per tick a new worker takes to start (a spare used up is
+    replaced that late).
     """
     m = len(snapshot.stages)
+    if knobs.tick_s + snapshot.startup_s <= knobs.delay_s:
+        return np.zeros(m, dtype=np.int64)
     horizon = float(snapshot.timeouts.sum())
     may = np.zeros(m, dtype=np.int64)
     for b, key in zip(snapshot.batches, keys):
@@ -114,7 +128,7 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, tick_s: float) -> np.ndarray:
             may[:] = 1
         elif live.any():
             may[int(b.stage[live].min()):] = 1
-    return may * (1 + math.ceil(snapshot.startup_s / tick_s))
+    return may * (1 + math.ceil(snapshot.startup_s / knobs.tick_s))
 
 
 def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
@@ -142,8 +156,8 @@ def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
         timeout_aware=(kind == "distrs"), lookahead_s=lookahead,
     )
     # `ideal` knows every request: no spare worker for the unforeseen
-    reserve = np.zeros(len(current), dtype=np.int64) if kind == "ideal" else _reserve(snapshot, w.keys, knobs.tick_s)
-    counts = [_band(int(n + r), c) for n, r, c in zip(plan.window, reserve, current)]
+    reserve = np.zeros(len(current), dtype=np.int64) if kind == "ideal" else _reserve(snapshot, w.keys, knobs)
+    counts = [_band(int(n + r), c, snapshot.startup_s) for n, r, c in zip(plan.window, reserve, current)]
     reason = (
         f"{kind}: N={list(plan.workers)} now={counts} for {len(snapshot.batches)} batches, "
         f"{w.size} estimated requests, {plan.probes} simulations{note}"

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from farm.knobs import SCHEDULERS
+from farm.knobs import SCHEDULERS, Knobs
 
 
 def _load(spec: str):
@@ -60,7 +60,7 @@ def _table(summary: dict) -> str:
 @click.option("--delay", "delay_s", type=float, default=2.0, show_default=True, help="D: tolerated extra delay (s)")
 @click.option("--startup-s", "startup", default="0", show_default=True,
               help="seconds for a new worker to be ready, or a preset: paper (0), realistic (30)")
-@click.option("--tick-s", type=float, default=10.0, show_default=True, help="periodic decision interval (s)")
+@click.option("--tick-s", type=float, default=Knobs.tick_s, show_default=True, help="periodic decision interval (s)")
 @click.option("--max-workers", type=int, default=100_000, show_default=True, help="upper bound of every pool")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
@@ -73,7 +73,7 @@ def eval_(trace, policy, scheduler, delay_s, startup, tick_s, max_workers, seed,
           out_dir):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
-    from farm.knobs import Knobs, StageKnobs
+    from farm.knobs import StageKnobs
     from planner.policy import parse_policy
     from planner.replay import replay
 

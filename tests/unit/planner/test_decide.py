@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from farm.knobs import Knobs
-from planner.policy import decide, parse_policy
+from planner.policy import _band, _reserve, decide, parse_policy
 from planner.snapshot import QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
 
 STAGES = (StageState("compile", "cpu", 1.0, 120.0, "cuda.compile"), StageState("execute", "gpu", 8.0, 60.0, "cuda.execute"))
@@ -81,3 +81,29 @@ def test_the_timeout_aware_policy_never_gives_fewer_workers_than_history_alone()
     distrs = decide(snap, Knobs(policy="distrs"), random.Random(2)).workers
     history = decide(snap, Knobs(policy="history"), random.Random(2)).workers
     assert all(distrs[q] >= history[q] for q in distrs)
+
+
+def test_no_spare_worker_when_the_next_decision_comes_within_d():
+    snap = _snapshot(now=380.0)  # the batch is in its end phase: due within the sum of the timeouts
+    keys = np.array([400.0])
+    assert _reserve(snap, keys, Knobs(delay_s=2.0, tick_s=1.0)).tolist() == [0, 0]
+
+
+def test_a_batch_in_its_end_phase_gets_a_spare_per_stage_when_the_next_decision_is_further_than_d():
+    snap = _snapshot(now=380.0)
+    keys = np.array([400.0])
+    assert _reserve(snap, keys, Knobs(delay_s=2.0, tick_s=10.0)).tolist() == [1, 1]
+
+
+def test_with_instant_start_ups_a_pool_under_ten_workers_keeps_no_surplus_worker():
+    assert _band(need=5, current=6, startup_s=0.0) == 5
+
+
+def test_where_a_replacement_takes_a_start_up_a_small_pool_keeps_one_surplus_worker():
+    assert _band(need=5, current=6, startup_s=2.0) == 6
+    assert _band(need=5, current=7, startup_s=2.0) == 5
+
+
+def test_a_pool_up_to_ten_percent_over_its_need_is_kept():
+    assert _band(need=20, current=22, startup_s=0.0) == 22
+    assert _band(need=20, current=23, startup_s=0.0) == 20
