@@ -149,6 +149,7 @@ class Daemon:
         self.on_step = on_step  # after every epoch, decided or not (the service's liveness heartbeat)
         self.monotonic = monotonic
         self.instance = uuid.uuid4().hex[:6]
+        self._recorded: dict[str, dict[str, int]] = {}  # per pipeline, the pools of its last recorded decision
 
     def start(self) -> Any:
         """Adopt what runs (no orphans, no duplicates) before the first decision."""
@@ -208,7 +209,12 @@ class Daemon:
                 "delay_s": knobs.delay_s,
             },
         )
+        # an idle farm ticks every second: a tick with no batch that leaves the pools as recorded says nothing new
+        quiet = reason == "tick" and not estimates and not changes.spawn and not changes.retire
+        if quiet and self._recorded.get(view.pipeline) == target:
+            return record
         self.record(record)
+        self._recorded[view.pipeline] = target
         log.info("%s %s: workers %s (%.3f s) %s", reason, view.pipeline, target, runtime, record.details["policy_reason"])
         return record
 

@@ -286,8 +286,8 @@ def test_ticks_keep_their_grid_whatever_epoch_messages_come_between_them():
     clock = Clock(0.0)
     backend, _ = fake_backend()
     stop = threading.Event()
-    daemon, _, records, _ = make_daemon(StaticView(view({"workers": {C: 0, E: 0}})), backend, Knobs(tick_s=10.0),
-                                        monotonic=clock)
+    daemon, _, records, _ = make_daemon(StaticView(view({"workers": {C: 0, E: 0}, "T": {"b": 50.0}})), backend,
+                                        Knobs(tick_s=10.0), monotonic=clock)
     daemon.serve(TimedWakeup(clock, [(4.0, "opened"), (13.0, "completed")], until=35.0, stop=stop), stop)
     assert [r.reason for r in records] == ["start", "opened", "tick", "completed", "tick", "tick"]
 
@@ -296,8 +296,8 @@ def test_a_shorter_tick_in_the_knobs_takes_effect_at_once():
     clock = Clock(0.0)
     backend, _ = fake_backend()
     stop = threading.Event()
-    daemon, knobs_box, records, _ = make_daemon(StaticView(view({"workers": {C: 0, E: 0}})), backend,
-                                                Knobs(tick_s=100.0), monotonic=clock)
+    daemon, knobs_box, records, _ = make_daemon(StaticView(view({"workers": {C: 0, E: 0}, "T": {"b": 50.0}})),
+                                                backend, Knobs(tick_s=100.0), monotonic=clock)
 
     class Shorten(TimedWakeup):
         def wait(self, timeout):
@@ -310,3 +310,23 @@ def test_a_shorter_tick_in_the_knobs_takes_effect_at_once():
     # the knobs change at 3: the tick due at 2 under the new period comes at once (at 4), then at 6 and 8;
     # under the old period the next tick would have come at 100
     assert [r.reason for r in records][:1] == ["start"] and len(ticks) == 3
+
+
+def test_an_idle_tick_that_leaves_the_pools_as_they_were_is_not_recorded():
+    backend, _ = fake_backend()
+    daemon, _, records, _ = make_daemon(StaticView(view({"workers": {C: 0, E: 0}})), backend)
+    daemon.step("start")
+    daemon.step("tick")
+    daemon.step("tick")
+    assert [r.reason for r in records] == ["start"]
+
+
+def test_an_idle_tick_that_changes_a_pool_is_recorded():
+    backend, _ = fake_backend()
+    farm = StaticView(view({"workers": {C: 0, E: 0}}))
+    daemon, _, records, _ = make_daemon(farm, backend)
+    daemon.step("tick")
+    farm.views[0] = view({"workers": {C: 2, E: 0}})
+    daemon.step("tick")
+    daemon.step("tick")
+    assert [r.reason for r in records] == ["tick", "tick"] and records[-1].workers == {C: 2, E: 0}
