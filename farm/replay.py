@@ -205,6 +205,11 @@ class Trainer(threading.Thread):
 # ------------------------------------------------------------------------------------------- the replay
 
 
+# A decision takes the daemon tens of milliseconds on a loaded machine (snapshot, decide, apply) and the
+# workers it sizes share the CPUs: a compressed run decides no more often than this, in real seconds.
+MIN_LIVE_TICK_S = 0.5
+
+
 @dataclass(frozen=True)
 class ReplayOptions:
     speed: float = 20.0  # K
@@ -234,8 +239,10 @@ class ReplayOptions:
 
 
 def trace_knobs(base: Knobs, trace: Trace, options: ReplayOptions) -> Knobs:
-    """The knobs of the run in trace time (what the prediction uses): the base with the options' overrides."""
+    """The knobs of the run in trace time (what the prediction uses): the base with the options' overrides,
+    and a tick of at least `MIN_LIVE_TICK_S` once compressed."""
     changes = {k: v for k, v in (("policy", options.policy), ("scheduler", options.scheduler)) if v is not None}
+    changes["tick_s"] = max(base.tick_s, MIN_LIVE_TICK_S * options.speed)
     return replay_knobs(replace(base, **changes), trace, options.pipeline, 1.0, options.delay_s)
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from farm.knobs import Knobs
-from farm.replay import ReplayError, parse_tasks, payload, replay_knobs, schedule, select
+from farm.replay import (MIN_LIVE_TICK_S, ReplayError, ReplayOptions, parse_tasks, payload, replay_knobs, schedule,
+                         select, trace_knobs)
 from farm.replay_metrics import allocated_seconds, summarize, within
 from planner.trace import Trace, TraceBatch, TraceStage
 
@@ -56,6 +57,16 @@ def test_the_schedule_opens_each_batch_before_its_requests_on_the_compressed_clo
 
 def test_a_request_sleeps_its_stage_times_divided_by_the_speed():
     assert payload(np.array([5.0, 40.0, 2.0]), 20.0) == {"times": [2.0, 0.1]}
+
+
+def test_a_compressed_run_decides_no_more_often_than_the_live_floor_and_its_prediction_knows():
+    knobs = trace_knobs(Knobs(tick_s=1.0), TRACE, ReplayOptions(speed=20.0, pipeline="synthetic"))
+    assert knobs.tick_s == pytest.approx(MIN_LIVE_TICK_S * 20.0)
+    assert replay_knobs(knobs, TRACE, "synthetic", 20.0).tick_s == pytest.approx(MIN_LIVE_TICK_S)
+
+
+def test_a_run_slow_enough_keeps_the_knobs_tick():
+    assert trace_knobs(Knobs(tick_s=1.0), TRACE, ReplayOptions(speed=1.0, pipeline="synthetic")).tick_s == 1.0
 
 
 def test_replay_knobs_divide_timeouts_delay_and_tick_by_the_speed_and_take_the_trace_costs():
