@@ -51,7 +51,10 @@ def _sandbox_processes() -> list[int]:
 
 
 def _leftover_dirs() -> list[str]:
-    return [d for d in os.listdir(sandbox.sandbox_root()) if d.startswith("run-")]
+    root = sandbox.sandbox_root()
+    if not os.path.isdir(root):  # a fresh machine: the first run creates it
+        return []
+    return [d for d in os.listdir(root) if d.startswith("run-")]
 
 
 @pytest.fixture
