@@ -110,10 +110,10 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
 
     The estimate cannot say which in-flight request goes on to a later stage nor when; near a batch's
     end such a request may be its critical one, and it waits for the next decision's worker: up to
-    `tick_s + startup_s`. Within D that wait needs no spare. Beyond it, a batch in its end phase (due
-    within the sum of the timeouts: any request still out may be critical) gets one spare per stage its
-    requests may still reach, plus one per tick a new worker takes to start (a spare used up is
-    replaced that late).
+    `tick_s + startup_s`. Within D that wait needs no spare. Beyond it, each stage that a request of a
+    batch in its end phase (due within the sum of the timeouts: any request still out may be critical)
+    may still reach keeps one spare, however many such batches, plus one per tick a new worker takes to
+    start (a spare used up is replaced that late).
     """
     m = len(snapshot.stages)
     if knobs.tick_s + snapshot.startup_s <= knobs.delay_s:
