@@ -46,8 +46,8 @@ def plain_app(redis_url: str, namespace: str):
     from celery import Celery
 
     from farm import registry
-    from farm.celery_app import hard_limit
     from farm.pipeline import StageContext
+    from farm.protocol.tokens import hard_limit
     from workers.runner import run_stage
 
     app = Celery(f"bench-{namespace}", broker=redis_url, backend=redis_url, set_as_current=False)
@@ -143,7 +143,7 @@ def celery_latency(task, n: int) -> list[float]:
 def run(args) -> dict:
     import redis
 
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
     from farm.config import Settings
 
     namespace = f"bench{uuid.uuid4().hex[:8]}"
@@ -156,7 +156,7 @@ def run(args) -> dict:
     app, plain = plain_app(args.redis, namespace)
     try:
         for i in range(args.workers):
-            procs.append(start([sys.executable, "-c", "from farm.cli import main; main()", "worker", "--stage", QUEUE,
+            procs.append(start([sys.executable, "-c", "from farm.app.cli import main; main()", "worker", "--stage", QUEUE,
                                 "--name", f"farm{i}", "--no-events", "--loglevel", "WARNING"], env, logs / f"farm{i}.log"))
             procs.append(start([sys.executable, __file__, "--plain-worker", "--redis", args.redis,
                                 "--namespace", namespace, "--name", f"plain{i}"], env, logs / f"plain{i}.log"))

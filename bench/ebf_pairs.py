@@ -1,5 +1,5 @@
 """Fig. 14a over every pair of batches, not just the default one: how much fewer workers EBF needs than
-FCFS, and how much fewer any scheduler at all could (the bound of `planner.bound`).
+FCFS, and how much fewer any scheduler at all could (the bound of `planner.eval.bound`).
 
     python bench/ebf_pairs.py [--trace cuda-colocated] [--json]
 
@@ -21,8 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.compare import EBF_TARGET_S, ebf_vs_fcfs  # noqa: E402
-from planner.trace import read, resolve  # noqa: E402
+from planner.eval.compare import EBF_TARGET_S, ebf_vs_fcfs  # noqa: E402
+from planner.eval.trace import read, resolve  # noqa: E402
 
 UNDER = f"under_{EBF_TARGET_S:g}s"
 

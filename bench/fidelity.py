@@ -22,11 +22,11 @@ import time
 def main(argv=None) -> int:
     from dataclasses import replace
 
-    from farm import replay as rp
-    from farm.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo
+    from farm.app import live_replay as rp
+    from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo
+    from farm.app.live_replay import parse_tasks
+    from farm.app.live_replay.metrics import within
     from farm.knobs import Knobs
-    from farm.replay import parse_tasks
-    from farm.replay_metrics import within
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="demo", help="a trace file or a bundled trace's name")

@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from farm.knobs import Knobs, StageKnobs  # noqa: E402
-from planner.estimate import estimate  # noqa: E402
-from planner.policy import decide  # noqa: E402
-from planner.runtime_case import snapshot  # noqa: E402
+from planner.eval.runtime_case import snapshot  # noqa: E402
+from planner.policy.decide import decide  # noqa: E402
+from planner.policy.estimate import estimate  # noqa: E402
 
 TARGET_S = 0.2
 TARGET_REQUESTS = 16_000

@@ -93,7 +93,7 @@ def in_process() -> dict:
 
 
 def _spawn(queue: str, name: str, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", "from farm.cli import main; main()", "worker", "--stage", queue, "--name", name,
+    cmd = [sys.executable, "-c", "from farm.app.cli import main; main()", "worker", "--stage", queue, "--name", name,
            "--loglevel", "WARNING", "--no-events"]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -102,7 +102,7 @@ def _spawn(queue: str, name: str, env: dict) -> subprocess.Popen:
 def through_farm(workers: int, redis_url: str) -> dict:
     import redis
 
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
     from farm.config import Settings
 
     namespace = f"bench{uuid.uuid4().hex[:8]}"

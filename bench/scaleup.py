@@ -40,7 +40,6 @@ def make_backend(kind: str, settings: Settings):
         return LocalBackend(settings)
     if kind == "docker":
         import docker
-
         from planner.backends.docker import DockerBackend, Limits
         from tests.support.docker_image import backend_options
 
@@ -101,7 +100,7 @@ def main() -> None:
 
     import redis
 
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
 
     out: dict = {"stage": STAGE, "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     for kind in [k.strip() for k in args.backends.split(",") if k.strip()]:

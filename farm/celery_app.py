@@ -1,7 +1,7 @@
 """The farm's Celery app and its wake-up tokens.
 
 A stage's Celery queue carries only tokens: each says "one more request is pending in this stage",
-and the worker that takes it picks the most urgent one from the EBF index (farm.dispatch). Workers
+and the worker that takes it picks the most urgent one from the EBF index (farm.protocol). Workers
 serve one request at a time, prefetch one and ack late; nothing is stored in a Celery result backend
 (results go to the batch's own Redis hash, exactly once).
 """
@@ -10,21 +10,10 @@ from __future__ import annotations
 
 from celery import Celery
 
-from farm.config import Settings
-from farm.dispatch import redis_url
+from farm.config import Settings, redis_url
+from farm.protocol.tokens import hard_limit, task_name
 
-TASK_PREFIX = "farm.stage."
 BRPOP_TIMEOUT_S = 0.25  # how long an idle worker's broker poll blocks (Redis >= 6 takes fractions)
-HARD_LIMIT_MARGIN_S = 5.0  # the hard Celery limit sits this far (or 10 %) above the stage timeout
-
-
-def task_name(stage_queue: str) -> str:
-    """One Celery task name per stage queue, so Flower shows which stage ran."""
-    return TASK_PREFIX + stage_queue
-
-
-def hard_limit(timeout_s: float) -> float:
-    return timeout_s + max(HARD_LIMIT_MARGIN_S, 0.1 * timeout_s)
 
 
 def broker_url(settings: Settings) -> str:

@@ -29,6 +29,14 @@ class Settings:
         return replace(self, **changes)
 
 
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_url(settings: Settings) -> str:
+    """The farm's Redis: the configured one, else the default local Redis."""
+    return settings.redis_url or DEFAULT_REDIS_URL
+
+
 ENDPOINT_FILE = "endpoint.json"  # written by `farm up` so clients on this machine find the embedded farm
 
 

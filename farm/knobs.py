@@ -6,6 +6,7 @@ argument (`decide(snapshot, knobs)`), and `farm knobs` edits them.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
@@ -62,6 +63,17 @@ class Knobs:
     def stage(self, queue: str) -> StageKnobs:
         return self.stages.get(queue, StageKnobs())
 
+    def timeout_of(self, stage: Any) -> float:
+        """A stage's effective timeout: the operator's override, else the stage's own. `stage` is
+        anything with `.queue` and `.timeout_s` (a pipeline's Stage, the policy's StageState)."""
+        override = self.stage(stage.queue).timeout_s
+        return stage.timeout_s if override is None else override
+
+    def cost_of(self, stage: Any) -> float:
+        """A stage's effective cost C_j: the operator's override, else the stage's own."""
+        override = self.stage(stage.queue).cost
+        return stage.cost if override is None else override
+
     def with_stage(self, queue: str, **changes: Any) -> "Knobs":
         stages = dict(self.stages)
         stages[queue] = replace(self.stage(queue), **changes)
@@ -91,6 +103,4 @@ def redis_key(namespace: str) -> str:
 
 def from_json(raw: str | bytes | None) -> Knobs:
     """The knobs from their Redis copy; the defaults when none was published yet."""
-    import json
-
     return Knobs.from_dict(json.loads(raw)) if raw else Knobs()

@@ -1,5 +1,7 @@
-"""Pipeline names -> definitions. Built-ins live in `workers.pipelines`; others come from the
-`farm.pipelines` entry-point group (each entry point is a zero-argument callable returning a Pipeline)."""
+"""Pipeline names -> definitions, from the `farm.pipelines` entry-point group (each entry point is a
+Pipeline or a zero-argument callable returning one) and from `register`. The built-in pipelines
+(`workers.pipelines`) are entry points of this package like any other's, so the base names no module
+above it; a pipeline loads on first use, so a trainer client does not pay for a verifier's imports."""
 
 from __future__ import annotations
 
@@ -7,15 +9,10 @@ import importlib
 import threading
 from importlib.metadata import entry_points
 
+from farm.knobs import Knobs
 from farm.pipeline import Pipeline, UnknownPipeline
 
-# Built-in pipelines, imported on first use so a trainer client does not pay for a verifier's imports.
-BUILTINS = {
-    "synthetic": "workers.pipelines.synthetic:pipeline",
-    "cuda": "workers.pipelines.cuda:pipeline",
-    "code": "workers.pipelines.code:pipeline",
-    "math": "workers.pipelines.math:pipeline",
-}
+GROUP = "farm.pipelines"
 
 _lock = threading.Lock()
 _registry: dict[str, Pipeline] = {}
@@ -40,12 +37,7 @@ def get(name: str) -> Pipeline:
         found = _registry.get(name)
     if found is not None:
         return found
-    target = BUILTINS.get(name)
-    if target is None:
-        for ep in entry_points(group="farm.pipelines"):
-            if ep.name == name:
-                target = ep.value
-                break
+    target = next((ep.value for ep in entry_points(group=GROUP) if ep.name == name), None)
     if target is None:
         raise UnknownPipeline(f"unknown pipeline {name!r}; known: {', '.join(names())}")
     try:
@@ -56,7 +48,7 @@ def get(name: str) -> Pipeline:
 
 
 def names() -> list[str]:
-    found = set(BUILTINS) | {ep.name for ep in entry_points(group="farm.pipelines")}
+    found = {ep.name for ep in entry_points(group=GROUP)}
     with _lock:
         found |= set(_registry)
     return sorted(found)
@@ -70,3 +62,8 @@ def stage_by_queue(queue: str):
         return pipeline, pipeline.stage(stage_name)
     except KeyError as exc:
         raise UnknownPipeline(str(exc)) from exc
+
+
+def stage_timeout(queue: str, knobs: Knobs | None = None) -> float:
+    """The effective timeout of the stage behind a queue (raises UnknownPipeline for a stage none has)."""
+    return (knobs or Knobs()).timeout_of(stage_by_queue(queue)[1])

@@ -6,6 +6,8 @@ import os
 
 from alembic import context
 
+from farm.config import from_env
+from farm.store.engine import database_url, make_engine
 from farm.store.models import Base
 
 config = context.config
@@ -15,9 +17,6 @@ target_metadata = Base.metadata
 def _url() -> str:
     url = config.get_main_option("sqlalchemy.url") or os.environ.get("FARM_DATABASE_URL")
     if not url:
-        from farm.config import from_env
-        from farm.store.engine import database_url
-
         url = database_url(from_env())
     return url
 
@@ -40,7 +39,6 @@ def run_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from farm.store.engine import make_engine
 
     engine = make_engine(_url())
     try:

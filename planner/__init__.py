@@ -1,1 +1,3 @@
-"""The planner: the DistRS policy as pure functions, its trace-driven evaluation, the daemon and the backends."""
+"""The planner, in three parts that import in one direction: `policy` (the DistRS policy as pure
+functions), `eval` (its trace-driven evaluation) and `runtime` (the daemon that applies it to a live
+farm), with `backends` (where workers live) beside the runtime."""

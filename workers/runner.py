@@ -32,12 +32,6 @@ def next_stage(visits: tuple[str, ...], current: str) -> str | None:
     return visits[i + 1] if i + 1 < len(visits) else None
 
 
-def effective_timeout(pipeline: Pipeline, stage_name: str, knobs: Knobs | None) -> float:
-    stage = pipeline.stage(stage_name)
-    override = knobs.stage(stage.queue).timeout_s if knobs else None
-    return override if override is not None else stage.timeout_s
-
-
 def score(
     pipeline: Pipeline,
     payload: Mapping[str, Any],
@@ -65,7 +59,7 @@ def score(
     while stage_name is not None:
         stage = pipeline.stage(stage_name)
         ctx = StageContext(request_id, batch_id, task, payload, dict(carry), stage,
-                           effective_timeout(pipeline, stage_name, knobs), worker)
+                           (knobs or Knobs()).timeout_of(stage), worker)
         started = time.time()
         outcome = run_stage(ctx)
         finished = time.time()

@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import random
+import resource
 import selectors
 import shutil
 import signal
@@ -512,8 +513,6 @@ def _kill_pid_group(pid: int) -> None:
 
 
 def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write_fd: int) -> None:
-    import resource
-
     code = 70
     try:
         os.close(read_fd)

@@ -1,5 +1,5 @@
 """The Celery stage task: take a wake-up token, pick the most urgent pending request of the stage
-(farm.dispatch), run the stage through workers.runner, and hand the request on or finish it.
+(farm.protocol), run the stage through workers.runner, and hand the request on or finish it.
 
 One worker serves one stage, one request at a time. A thread in the pool process renews the lease
 of the request being run (and tells the stage code when its batch was cancelled or its lease lost),
@@ -18,16 +18,21 @@ from typing import Any
 
 from celery import Celery, Task, signals
 from celery.exceptions import TimeLimitExceeded
+from kombu.asynchronous import get_event_loop
 from redis.exceptions import RedisError
 
 from farm import events, registry
-from farm.celery_app import Tokens, hard_limit, task_name
+from farm.celery_app import Tokens
 from farm.config import Settings
-from farm.dispatch import EVENTS_MAXLEN, Call, Dispatch, Keys, request_done_event, stamp
 from farm.knobs import Knobs
 from farm.pipeline import StageContext, UnknownPipeline
+from farm.protocol.calls import Call, request_done_event
+from farm.protocol.dispatch import Dispatch
+from farm.protocol.keys import Keys, stamp
+from farm.protocol.scripts import EVENTS_MAXLEN
+from farm.protocol.tokens import hard_limit, task_name
 from farm.results import Result, StageRecord, Status
-from workers.runner import effective_timeout, next_stage, run_stage
+from workers.runner import next_stage, run_stage
 
 log = logging.getLogger(__name__)
 FALLBACK_TIMEOUT_S = 3600.0  # hard limit for tokens of a stage this process cannot look up
@@ -35,10 +40,9 @@ FALLBACK_TIMEOUT_S = 3600.0  # hard limit for tokens of a stage this process can
 
 def timeout_for(queue: str, knobs: Knobs) -> float:
     try:
-        pipeline, stage = registry.stage_by_queue(queue)
+        return registry.stage_timeout(queue, knobs)
     except UnknownPipeline:
         return knobs.stage(queue).timeout_s or FALLBACK_TIMEOUT_S
-    return effective_timeout(pipeline, stage.name, knobs)
 
 
 class Hold:
@@ -85,7 +89,7 @@ class StageWorker:
         started = time.time()
         try:
             ctx = StageContext(request_id, batch_id, task, json.loads(payload_raw), dict(state["c"]), self.stage,
-                               effective_timeout(self.pipeline, self.stage.name, knobs), self.name, hold.stop.is_set)
+                               knobs.timeout_of(self.stage), self.name, hold.stop.is_set)
             outcome = run_stage(ctx)
         finally:
             self.hold = None
@@ -197,7 +201,6 @@ def _shutdown_wakes_loop() -> None:
     polls for up to a second, so a retired idle worker would linger that long before it starts to shut
     down. A byte written to this pipe (by `_wake_loop`, called from the handler) ends the poll at once."""
     global _wake_fd
-    from kombu.asynchronous import get_event_loop
 
     hub = get_event_loop()
     if hub is None or _wake_fd is not None:

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import sessionmaker
 
+import migrations
 from farm.config import Settings
 
 HISTORY_FILE = "history.db"
@@ -65,8 +66,6 @@ def session_factory(engine: Engine) -> sessionmaker:
 
 
 def _migrations_dir() -> Path:
-    import migrations
-
     return Path(migrations.__file__).resolve().parent
 
 

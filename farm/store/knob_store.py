@@ -14,7 +14,9 @@ from typing import Iterable, Sequence
 
 from sqlalchemy import Engine, insert, select
 
+from farm import registry
 from farm.knobs import Knobs, redis_key
+from farm.pipeline import UnknownPipeline
 from farm.store.engine import StoreError
 from farm.store.models import KnobsVersion
 
@@ -80,9 +82,6 @@ class KnobStore:
 
 def known_queues() -> list[str]:
     """Every stage queue of the pipelines this installation can load."""
-    from farm import registry
-    from farm.pipeline import UnknownPipeline
-
     queues = []
     for name in registry.names():
         try:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from sqlalchemy import Engine, case, func, select
 
+from farm import registry
+from farm.knobs import Knobs
+from farm.pipeline import UnknownPipeline
 from farm.store.models import Batch, Decision, Request, RequestStage, Task, Worker
 
 
@@ -27,7 +31,7 @@ class CompletedBatch:
     completed_at: float
     earliest_at: float | None  # T
     extra_delay_s: float | None  # d
-    requests: np.ndarray  # (n, 1+M), the shape of planner.trace.TraceBatch.requests
+    requests: np.ndarray  # (n, 1+M), the shape of planner.eval.trace.TraceBatch.requests
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,6 @@ class DecisionRecord:
 def _stage_order(engine: Engine, task: str, stages: Sequence[str] | None) -> list[str]:
     if stages is not None:
         return list(stages)
-    from farm import registry
 
     with engine.connect() as conn:
         pipeline = conn.execute(select(Task.pipeline).where(Task.name == task)).scalar()
@@ -219,21 +222,17 @@ def busy_seconds(engine: Engine, start: float | None = None, end: float | None =
 
 def stage_usage(engine: Engine, start: float | None = None, end: float | None = None, knobs=None) -> list[StageUsage]:
     """Allocated and busy seconds per stage, with its resource kind and cost (the knob's override first)."""
-    from farm import registry
-    from farm.pipeline import UnknownPipeline
-
     allocated = allocated_seconds(engine, start, end)
     busy = busy_seconds(engine, start, end)
     out = []
     for stage in sorted(set(allocated) | set(busy)):
-        resource, cost = "unknown", 1.0
+        resource, own = "unknown", SimpleNamespace(queue=stage, cost=1.0)  # a pipeline this process cannot load
         try:
-            _, found = registry.stage_by_queue(stage)
-            resource, cost = found.resource, found.cost
+            _, own = registry.stage_by_queue(stage)
+            resource = own.resource
         except UnknownPipeline:
             pass
-        if knobs is not None and knobs.stage(stage).cost is not None:
-            cost = knobs.stage(stage).cost
+        cost = (knobs or Knobs()).cost_of(own)
         out.append(StageUsage(stage, resource, cost, allocated.get(stage, 0.0), busy.get(stage, 0.0)))
     return out
 

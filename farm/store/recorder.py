@@ -19,8 +19,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
 from farm.config import Settings
 from farm.events import decode, stream_key
-from farm.store.apply import BadEvent, _insert, apply_events, clean
 from farm.store.engine import StoreError
+from farm.store.ingest import BadEvent, _insert, apply_events, clean
 from farm.store.models import RecorderOffset
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,11 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Mapping
 
-from farm import events
+import redis
+
+from farm import events, registry
 from farm.config import Settings
+from farm.protocol.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -69,21 +72,15 @@ def worker_env(settings: Settings) -> dict[str, str]:
 
 def registry_timeout(stage: str) -> float:
     """The stage's own timeout from the pipeline registry (raises UnknownPipeline for a stage it lacks)."""
-    from farm.registry import stage_by_queue
-
-    return stage_by_queue(stage)[1].timeout_s
+    return registry.stage_timeout(stage)
 
 
 def registry_resource(stage: str) -> str:
-    from farm.registry import stage_by_queue
-
-    return stage_by_queue(stage)[1].resource
+    return registry.stage_by_queue(stage)[1].resource
 
 
 def redis_for(settings: Settings):
     """The Redis client worker-life events and readiness go through; the farm needs one, so do we."""
-    import redis
-
     if not settings.redis_url:
         raise ValueError("a worker backend needs settings.redis_url (the farm's Redis); the embedded farm sets it once its Redis runs")
     return redis.Redis.from_url(settings.redis_url)
@@ -134,8 +131,6 @@ class Readiness:
     it, so a backend reading the stream later could miss a worker's announcement and keep it starting forever."""
 
     def __init__(self, client, namespace: str) -> None:
-        from farm.dispatch import Keys
-
         self._client = client
         self._keys = Keys(namespace)
         self._seen: dict[str, float] = {}  # worker -> when it was first seen ready

@@ -16,16 +16,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import docker.errors
+
 from farm.config import Settings
-from planner.backends import Backend, BackendError, Worker, WorkerState
-from planner.backends import common
-from planner.backends.docker_spec import (DEFAULT_LIMITS, LABEL, Limits, engine_time, container_spec,
-                                          options_from_env)
+from planner.backends import Backend, BackendError, Worker, WorkerState, common
+from planner.backends.docker_spec import DEFAULT_LIMITS, LABEL, Limits, container_spec, engine_time, options_from_env
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,6 @@ class DockerBackend(Backend):
         `network` "host" or a network name (compose's); `env` adds to the farm's settings. What is not
         given comes from FARM_DOCKER_* in `environ` (default: os.environ), then the defaults here.
         `cap_add`/`security_opt`: the worker's sandbox makes namespaces and mounts (workers/sandbox.py)."""
-        import os
-
         from_env = options_from_env(os.environ if environ is None else environ)
         self.settings = settings
         self.namespace = common.check_namespace(settings.namespace)
@@ -196,8 +195,6 @@ class DockerBackend(Backend):
         return self.images.get(stage) or self.images.get(pipeline) or (self.gpu_image if limits.gpus else self.image)
 
     def _start(self, name: str, stage: str, limits: Limits, timeout_s: float, gpu_id: str | None) -> None:
-        import docker.errors
-
         spawned_at = time.time()
         create, host = container_spec(
             name=name, stage=stage, namespace=self.namespace,
@@ -271,8 +268,6 @@ class DockerBackend(Backend):
         return workers
 
     def _gone(self, c: dict, name: str, stage: str, now: float) -> None:
-        import docker.errors
-
         try:
             finished = engine_time(self._docker.api.inspect_container(c["Id"])["State"].get("FinishedAt"))
         except docker.errors.NotFound:
@@ -286,8 +281,6 @@ class DockerBackend(Backend):
         self._discard(c["Id"], name)
 
     def _discard(self, container_id: str, name: str) -> None:
-        import docker.errors
-
         try:
             self._docker.api.remove_container(container_id, force=True)
         except docker.errors.NotFound:
@@ -296,8 +289,6 @@ class DockerBackend(Backend):
             log.warning("could not remove the container of worker %s: %s", name, exc)
 
     def _kill(self, container_id: str) -> None:
-        import docker.errors
-
         try:
             self._docker.api.kill(container_id)
         except docker.errors.APIError:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
+from docker.types import DeviceRequest
+
 LABEL = "farm"
 
 
@@ -64,8 +66,6 @@ def container_spec(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One worker's container: the arguments of the engine API's `create_container` and of its
     `create_host_config` (pure, so it is tested without an engine)."""
-    from docker.types import DeviceRequest
-
     labels = {
         f"{LABEL}.namespace": namespace,
         f"{LABEL}.stage": stage,

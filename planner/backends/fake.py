@@ -16,8 +16,7 @@ from typing import Any, Callable, Iterable
 
 from farm import events
 from farm.config import Settings
-from planner.backends import Backend, Worker, WorkerState
-from planner.backends import common
+from planner.backends import Backend, Worker, WorkerState, common
 
 
 @dataclass

@@ -9,7 +9,7 @@ third of the time).
         -> {"name": N, "pid": PID}  or  {"name": N, "error": "why"}
     and, whenever a worker it forked exits: {"exited": PID, "at": EPOCH_SECONDS, "status": CODE}
 
-A forked worker is exactly a `farm worker --stage S --name N` (same code, `farm.cli.worker.serve`) in a
+A forked worker is exactly a `farm worker --stage S --name N` (same code, `workers.process.serve`) in a
 session of its own, with its output in PATH and its pid in `pidfile` (the backend finds a worker by it
 when a daemon died between asking and recording). The launcher keeps no thread, so forking is safe, and
 it exits when its stdin closes; the workers it forked run on (they are in their own sessions) and the
@@ -18,6 +18,7 @@ next backend re-adopts them from their records like any other.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -30,11 +31,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from farm import registry
+
 log = logging.getLogger(__name__)
 
 # imported before any fork: what every worker needs to reach Celery's worker_ready
 PRELOAD = (
-    "farm.registry", "farm.celery_app", "farm.config", "farm.cli.worker", "workers.stage",
+    "farm.registry", "farm.celery_app", "farm.config", "workers.process", "workers.stage",
     "celery.apps.worker", "celery.worker.consumer", "celery.worker.components", "celery.worker.strategy",
     "celery.concurrency.prefork", "celery.concurrency.asynpool", "celery.app.trace", "celery.events.dispatcher",
     "kombu.transport.redis", "billiard.pool",
@@ -50,8 +53,6 @@ class LauncherError(RuntimeError):
 
 
 def main() -> int:
-    import importlib
-
     for module in PRELOAD:
         importlib.import_module(module)
     out = sys.stdout
@@ -129,8 +130,6 @@ def _name_of(line: bytes) -> str | None:
 
 
 def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
-    from farm import registry
-
     name, stage, log_path = request["name"], request["stage"], request["log"]
     registry.stage_by_queue(stage)  # the pipeline's modules load here, once, for every later fork
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -181,7 +180,7 @@ def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
         if nice:
             os.nice(nice)
             _nice_session(nice)
-        from farm.cli.worker import serve
+        from workers.process import serve
 
         code = serve(stage, name, loglevel=request.get("loglevel", "INFO"), events=request.get("events", True))
     except SystemExit as exc:

@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from farm.config import Settings
-from planner.backends import Backend, BackendError, Worker, WorkerState
-from planner.backends import common
+from planner.backends import Backend, BackendError, Worker, WorkerState, common
 from planner.backends.launcher import Launcher, LauncherError
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def default_command() -> list[str]:
     script = Path(sys.executable).with_name("farm")
     if script.exists():
         return [str(script), "worker"]
-    return [sys.executable, "-c", "import sys; from farm.cli import main; sys.argv[0] = 'farm'; main()", "worker"]
+    return [sys.executable, "-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker"]
 
 
 def worker_nice(nice: int | None = None, environ: Mapping[str, str] | None = None) -> int:

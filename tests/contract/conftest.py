@@ -14,7 +14,6 @@ import pytest
 
 from farm import events
 from planner.backends import Backend, Worker
-
 from tests.support.waiting import eventually
 
 REAL = ("local", "docker")
@@ -128,7 +127,7 @@ def real(harness) -> Harness:
 
 @pytest.fixture
 def client(settings):
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
 
     c = RewardClient(settings)
     yield c

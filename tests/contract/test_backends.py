@@ -1,7 +1,7 @@
 """The backend contract, run over every backend: fake, local processes, Docker containers.
 
 The real backends run real `farm worker` processes (Celery, one request at a time) against the real
-Redis; requests go through `farm.client` like a trainer's."""
+Redis; requests go through `farm.client.sync` like a trainer's."""
 
 from __future__ import annotations
 

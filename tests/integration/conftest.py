@@ -67,7 +67,7 @@ def worker_env(settings: Settings, **env: str) -> dict[str, str]:
 
 def spawn_worker(settings: Settings, queue: str, name: str, log: Path, *, events: bool = False,
                  imports: tuple[str, ...] = (), **env: str) -> WorkerProcess:
-    cmd = [sys.executable, "-c", "from farm.cli import main; main()", "worker", "--stage", queue, "--name", name,
+    cmd = [sys.executable, "-c", "from farm.app.cli import main; main()", "worker", "--stage", queue, "--name", name,
            "--loglevel", "INFO", "--events" if events else "--no-events"]
     for module in imports:
         cmd += ["--import", module]
@@ -125,7 +125,7 @@ def start_workers(settings, tmp_path):
 
 @pytest.fixture
 def reward_client(settings):
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
 
     c = RewardClient(settings)
     yield c

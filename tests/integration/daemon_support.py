@@ -78,7 +78,7 @@ def wait_for(predicate, timeout_s=30.0, what="condition"):
 @pytest.fixture
 def daemon(farm):
     """The daemon in a thread of the test process."""
-    from planner import service
+    from planner.runtime import service
 
     settings, engine = farm
     built = service.build(settings, backend="local", startup_s=1.0)

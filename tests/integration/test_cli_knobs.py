@@ -8,7 +8,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from farm.cli import main
+from farm.app.cli import main
 from farm.knobs import Knobs, from_json, redis_key
 from farm.store import engine as store
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from farm.cli import main
-from farm.client import RewardClient
+from farm.app.cli import main
+from farm.client.sync import RewardClient
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_status_without_a_farm_says_how_to_start_one(tmp_path):
 def test_status_names_the_planner_daemon_that_serves_the_farm(settings):
     import redis
 
-    from planner.service import heartbeat_key
+    from planner.runtime.service import heartbeat_key
 
     client = redis.Redis.from_url(settings.redis_url)
     client.set(heartbeat_key(settings.namespace), json.dumps({"pid": 4242, "backend": "local"}), ex=30)

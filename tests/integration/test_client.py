@@ -10,11 +10,19 @@ import pytest
 import redis
 
 from farm import registry
-from farm.client import RewardClient
-from farm.dispatch import Dispatch
-from farm.errors import (BatchClosed, BatchConflict, BatchFull, BatchNotFound, DuplicateRequest, InvalidInput,
-                         PayloadTooLarge, UnknownPipeline)
+from farm.client.sync import RewardClient
+from farm.errors import (
+    BatchClosed,
+    BatchConflict,
+    BatchFull,
+    BatchNotFound,
+    DuplicateRequest,
+    InvalidInput,
+    PayloadTooLarge,
+    UnknownPipeline,
+)
 from farm.events import decode, stream_key
+from farm.protocol.dispatch import Dispatch
 from workers.pipelines import synthetic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -248,7 +256,7 @@ def test_one_tenants_bad_input_does_not_harm_another_tenants_batch(settings, rew
 
 def test_waiting_longer_than_the_redis_socket_timeout_is_not_an_error(settings, start_workers):
     """A client with the default 10 s lease waits in reads shorter than redis-py's socket timeout."""
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
 
     start_workers("synthetic.compile")
     with RewardClient(settings.with_(lease_s=10.0)) as client:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from farm.aio import AsyncRewardClient
+from farm.client.aio import AsyncRewardClient
 from farm.errors import BatchClosed, BatchFull, DuplicateRequest, InvalidInput
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

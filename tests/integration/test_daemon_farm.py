@@ -20,7 +20,7 @@ def decisions(engine):
 
 
 def test_opening_a_batch_starts_workers_before_its_first_request_and_idle_ones_are_retired_after(farm, daemon):
-    from farm.client import RewardClient
+    from farm.client.sync import RewardClient
 
     settings, engine = farm
     with RewardClient(settings) as client:
@@ -49,9 +49,10 @@ def test_a_knobs_change_takes_effect_at_the_next_decision(farm, daemon):
 
 
 def test_a_killed_daemon_leaves_the_farm_serving_and_its_successor_adopts_the_workers(farm):
-    from farm.client import RewardClient
+    from farm.app.planner_process import DaemonProcess
+    from farm.client.sync import RewardClient
     from farm.store.knob_store import KnobStore
-    from planner.service import DaemonProcess, planner_alive
+    from planner.runtime.service import planner_alive
 
     settings, engine = farm
     client_redis = redis_lib.Redis.from_url(settings.redis_url)

@@ -8,8 +8,8 @@ import time
 import pytest
 import redis
 
-from farm.dispatch import Dispatch
 from farm.knobs import Knobs, redis_key
+from farm.protocol.dispatch import Dispatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

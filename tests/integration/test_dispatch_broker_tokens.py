@@ -8,7 +8,8 @@ import time
 import pytest
 
 from farm.config import Settings
-from farm.dispatch import Dispatch, lua_tokens
+from farm.protocol.dispatch import Dispatch
+from farm.protocol.scripts import lua_tokens
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -8,7 +8,9 @@ import pytest
 import redis
 
 from farm import registry
-from farm.dispatch import MAX_ATTEMPTS, Call, Dispatch, stamp, submit_call
+from farm.protocol.calls import MAX_ATTEMPTS, Call, submit_call
+from farm.protocol.dispatch import Dispatch
+from farm.protocol.keys import stamp
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

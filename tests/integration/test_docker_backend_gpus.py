@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-import docker
 import pytest
 
+import docker
 from planner.backends import BackendError
 from planner.backends.docker import DockerBackend
 

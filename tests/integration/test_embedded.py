@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from farm.client import RewardClient
+from farm.app.embedded import EmbeddedFarm, free_port
+from farm.client.sync import RewardClient
 from farm.config import ENDPOINT_FILE, Settings, from_env
-from farm.embedded import EmbeddedFarm, free_port
 from farm.results import Status
 from tests.support.waiting import eventually
 
@@ -49,7 +49,7 @@ def test_the_embedded_farm_serves_a_batch_and_records_its_history(tmp_path):
 def test_farm_up_serves_clients_that_find_it_on_their_own_and_stops_on_sigterm(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
     env["FARM_DATA_DIR"] = str(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "up", "--flower-port", "0"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "farm.app.cli", "up", "--flower-port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         eventually(lambda: (tmp_path / ENDPOINT_FILE).exists(), 60, what="farm up to publish its endpoint")
@@ -73,7 +73,7 @@ def test_farm_up_serves_clients_that_find_it_on_their_own_and_stops_on_sigterm(t
 def test_farm_up_refuses_to_start_twice_from_one_data_dir(tmp_path):
     from click.testing import CliRunner
 
-    from farm.cli import main
+    from farm.app.cli import main
 
     (tmp_path / ENDPOINT_FILE).write_text(json.dumps({"pid": os.getpid(), "redis_url": "redis://127.0.0.1:1/0"}))
     result = CliRunner().invoke(main, ["up", "--data-dir", str(tmp_path)])
@@ -115,7 +115,7 @@ def test_flower_shows_the_stage_workers(tmp_path):
 
 
 def test_with_the_planner_the_embedded_farm_grows_its_pools_from_the_batch_hint(tmp_path):
-    from planner.service import planner_alive
+    from planner.runtime.service import planner_alive
 
     with EmbeddedFarm(Settings(data_dir=str(tmp_path), lease_s=3.0), planner=True) as farm:
         import redis

@@ -8,7 +8,7 @@ from alembic.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect, text
 
-from farm.cli import main
+from farm.app.cli import main
 from farm.config import Settings
 from farm.store import engine as store
 from farm.store.models import Base

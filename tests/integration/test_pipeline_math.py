@@ -11,7 +11,6 @@ from farm.results import Outcome, Status
 from workers.pipelines.math import pipeline
 from workers.runner import score
 
-
 pytestmark = pytest.mark.timeout(60)
 
 @pytest.mark.parametrize("response, answer", [

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from farm.cli.score import score
+from farm.app.cli.score import score
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from farm.cli import main
+from farm.app.cli import main
 from farm.store import engine as store
 from farm.store.models import Batch
 

@@ -22,7 +22,7 @@ EVAL_KEYS = {"policy", "scheduler", "batches", "requests", "extra_delay_mean_s",
 def tiny_trace(batches=2, size=6, seed=3):
     """Two tasks of a few small batches: compile up to 0.8 s, execute up to 0.3 s, one request that
     visits no stage and one that runs to the compile timeout."""
-    from planner.trace import Trace, TraceBatch, TraceStage
+    from planner.eval.trace import Trace, TraceBatch, TraceStage
 
     rng = np.random.default_rng(seed)
     stages = (TraceStage("compile", "cpu", 1.0, 3.0), TraceStage("execute", "gpu", 8.0, 3.0))
@@ -37,7 +37,7 @@ def tiny_trace(batches=2, size=6, seed=3):
 
 
 def run_replay(settings, engine, trace, speed):
-    from farm import replay as rp
+    from farm.app import live_replay as rp
 
     return rp.run(settings, engine, trace, rp.ReplayOptions(speed=speed, startup_s=1.0, record_timeout_s=60))
 
@@ -77,7 +77,7 @@ def test_the_replay_restores_the_operators_knobs(farm, daemon):
 
 
 def test_killing_workers_during_a_replay_loses_and_duplicates_nothing(farm, daemon):
-    from farm.dispatch import inspect
+    from farm.protocol.live import inspect
 
     settings, engine = farm
     trace = tiny_trace(batches=2, size=8, seed=5)
@@ -110,8 +110,8 @@ def test_farm_replay_json_prints_measured_and_predicted_with_the_eval_keys(farm,
 
     from click.testing import CliRunner
 
-    from farm.cli.replay import replay
-    from planner import trace as tracefile
+    from farm.app.cli.replay import replay
+    from planner.eval import trace as tracefile
 
     settings, engine = farm
     path = tmp_path / "tiny.jsonl"
@@ -126,8 +126,8 @@ def test_farm_replay_json_prints_measured_and_predicted_with_the_eval_keys(farm,
 
 
 def test_the_demo_runs_an_embedded_elastic_farm_and_draws_the_workers_over_time(tmp_path):
-    from farm.demo import run_demo
-    from planner import trace as tracefile
+    from farm.app.demo import run_demo
+    from planner.eval import trace as tracefile
 
     path = tmp_path / "tiny.jsonl"
     tracefile.write(path, tiny_trace(batches=2, size=4))

@@ -7,14 +7,14 @@ import json
 import os
 import time
 
+import farm_test_pipelines  # noqa: F401  (registers the `faulty` pipeline in this process too)
 import pytest
 import redis
 from click.testing import CliRunner
 
-import farm_test_pipelines  # noqa: F401  (registers the `faulty` pipeline in this process too)
-from farm.cli.worker import worker
-from farm.dispatch import Dispatch
+from farm.app.cli.worker import worker
 from farm.knobs import Knobs, redis_key
+from farm.protocol.dispatch import Dispatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -46,7 +46,7 @@ def test_what_a_stage_carries_reaches_the_later_stages_of_its_request(reward_cli
 
 
 def test_the_hard_time_limit_stops_a_stage_that_ignores_its_timeout(settings, reward_client, start_workers, monkeypatch):
-    monkeypatch.setattr("farm.celery_app.HARD_LIMIT_MARGIN_S", 0.5)
+    monkeypatch.setattr("farm.protocol.tokens.HARD_LIMIT_MARGIN_S", 0.5)
     r = redis.Redis.from_url(settings.redis_url)
     r.set(redis_key(settings.namespace), json.dumps(Knobs().with_stage(STEP, timeout_s=0.5).to_dict()))
     start_workers(STEP, imports=IMPORTS)
@@ -136,7 +136,7 @@ def test_a_retired_idle_worker_leaves_within_a_second(settings):
 
 
 def test_the_worker_command_takes_its_events_switch_from_the_environment(monkeypatch):
-    import farm.cli.worker as cli
+    import farm.app.cli.worker as cli
 
     seen = []
     monkeypatch.setattr(cli, "serve", lambda stage, name, **kw: seen.append(kw["events"]) or 0)

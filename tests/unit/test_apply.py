@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.apply import PoolWorker, clamp, plan
+from planner.runtime.pools import PoolWorker, clamp, plan
 
 C, E = "synthetic.compile", "synthetic.execute"
 

@@ -9,9 +9,9 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from farm.cli import main
-from planner import trace as tracefile
-from planner import tracegen
+from farm.app.cli import main
+from planner.eval import trace as tracefile
+from planner.eval import tracegen
 
 
 def run(*args):

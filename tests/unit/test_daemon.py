@@ -11,7 +11,7 @@ import pytest
 from farm.config import Settings
 from farm.knobs import Knobs
 from planner.backends.fake import FakeBackend, FakeWorld
-from planner.daemon import Daemon, PipelineView, cold_floor, decision_workers
+from planner.runtime.daemon import Daemon, PipelineView, cold_floor, decision_workers
 
 C, E = "synthetic.compile", "synthetic.execute"
 
@@ -233,9 +233,9 @@ def test_the_hint_scales_up_before_the_first_request_arrives():
 
 
 def test_with_the_real_policy_the_open_hint_alone_starts_workers_for_the_coming_requests():
-    from planner.live import HistoryCache, snapshot
-    from planner.policy import decide
-    from planner.snapshot import ActiveBatch
+    from planner.policy.decide import decide
+    from planner.policy.snapshot import ActiveBatch
+    from planner.runtime.live import HistoryCache, snapshot
 
     pipeline = SimpleNamespace(name="synthetic", stages=(
         SimpleNamespace(name="compile", resource="cpu", cost=1.0, timeout_s=120.0, queue=C),

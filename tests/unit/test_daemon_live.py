@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from farm.knobs import Knobs
-from planner.live import HistoryCache, active_batch, snapshot
-from planner.snapshot import DONE, QUEUED, RUNNING, ActiveBatch
+from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch
+from planner.runtime.live import HistoryCache, active_batch, snapshot
 
 NAMES = ["compile", "execute"]
 PIPELINE = SimpleNamespace(
@@ -126,7 +126,7 @@ def test_the_snapshot_carries_the_knobs_overrides_and_the_pools():
 
 
 def test_the_start_up_the_policy_plans_with_is_read_again_soon_while_unobserved(monkeypatch):
-    import planner.live as live
+    import planner.runtime.live as live
 
     answers = [None, None, 2.5, 0.7]
     reads = []

@@ -5,15 +5,23 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from farm.celery_app import hard_limit, task_name
-from farm.client import GroupTracker, parse_entries
+from farm.client.sync import GroupTracker, parse_entries
 from farm.config import Settings
-from farm.dispatch import (SCRIPTS, canonical_json, open_call, parse_open, parse_submit, set_estimate_call,
-                           submit_call)
-from farm.errors import (BatchClosed, BatchConflict, BatchFull, BatchNotFound, DuplicateRequest, InvalidInput,
-                         PayloadTooLarge)
+from farm.errors import (
+    BatchClosed,
+    BatchConflict,
+    BatchFull,
+    BatchNotFound,
+    DuplicateRequest,
+    InvalidInput,
+    PayloadTooLarge,
+)
+from farm.protocol.calls import canonical_json, open_call, parse_open, parse_submit, set_estimate_call, submit_call
+from farm.protocol.scripts import SCRIPTS
+from farm.protocol.tokens import hard_limit, task_name
 from farm.results import Result, Status
 from workers.pipelines import synthetic
 
@@ -154,7 +162,7 @@ def test_without_a_size_a_group_waits_for_the_arrivals_of_its_batch():
 
 def test_the_broker_is_the_farms_redis_unless_told_otherwise_and_socket_urls_suit_kombu():
     from farm.celery_app import broker_url
-    from farm.dispatch import lua_tokens
+    from farm.protocol.scripts import lua_tokens
 
     assert broker_url(Settings(redis_url="redis://h:1/2")) == "redis://h:1/2"
     assert broker_url(Settings(redis_url="unix:///tmp/r.sock?db=0")) == "redis+socket:///tmp/r.sock?virtual_host=0"

@@ -6,7 +6,7 @@ import pytest
 
 from farm.config import Settings
 from planner.backends.docker import DockerBackend
-from planner.backends.docker_spec import Limits, engine_time, container_spec, options_from_env
+from planner.backends.docker_spec import Limits, container_spec, engine_time, options_from_env
 
 
 def spec(**overrides):

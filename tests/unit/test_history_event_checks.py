@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from farm.events import KINDS, decode, encode
-from farm.store.apply import BadEvent, clean
+from farm.store.ingest import BadEvent, clean
 
 
 def _event(kind, **fields):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from farm.cli.demo import demo
-from farm.cli.planner import planner
-from farm.cli.replay import replay
+from farm.app.cli.demo import demo
+from farm.app.cli.planner import planner
+from farm.app.cli.replay import replay
 
 FARM = {"FARM_REDIS_URL": "redis://127.0.0.1:1/0"}  # never reached: the input is refused first
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from farm.app.live_replay import (
+    MIN_LIVE_TICK_S,
+    ReplayError,
+    ReplayOptions,
+    parse_tasks,
+    payload,
+    replay_knobs,
+    schedule,
+    select,
+    trace_knobs,
+)
+from farm.app.live_replay.metrics import allocated_seconds, summarize, within
 from farm.knobs import Knobs
-from farm.replay import (MIN_LIVE_TICK_S, ReplayError, ReplayOptions, parse_tasks, payload, replay_knobs, schedule,
-                         select, trace_knobs)
-from farm.replay_metrics import allocated_seconds, summarize, within
-from planner.trace import Trace, TraceBatch, TraceStage
+from planner.eval.trace import Trace, TraceBatch, TraceStage
 
 STAGES = (TraceStage("compile", "cpu", 1.0, 120.0), TraceStage("execute", "gpu", 8.0, 60.0))
 
@@ -108,7 +117,7 @@ def test_fidelity_fails_when_one_stage_is_off_by_more_than_the_tolerance():
 
 
 def test_start_ups_count_from_their_decision_and_rank_after_those_under_way():
-    from farm.replay_metrics import startup_samples
+    from farm.app.live_replay.metrics import startup_samples
 
     spawns = [(10.0, {"s.compile": 2, "s.execute": 1}), (11.0, {"s.compile": 1}), (12.0, {})]
     lives = [("s.compile", 10.1, 11.5), ("s.compile", 10.2, 11.8), ("s.execute", 10.3, 12.0),
@@ -119,13 +128,13 @@ def test_start_ups_count_from_their_decision_and_rank_after_those_under_way():
 
 
 def test_a_worker_no_decision_spawned_is_not_a_start_up_sample():
-    from farm.replay_metrics import startup_samples
+    from farm.app.live_replay.metrics import startup_samples
 
     assert startup_samples([(10.0, {"s.execute": 1})], [("s.compile", 10.1, 11.0), ("s.execute", 9.0, 9.5)]) == []
 
 
 def test_the_start_up_fit_recovers_a_base_and_a_per_start_increment():
-    from farm.replay_metrics import fit_startup
+    from farm.app.live_replay.metrics import fit_startup
 
     samples = [(n, 0.4 + 0.1 * n) for n in (1, 2, 3, 4, 1, 2)]
     base, per, count = fit_startup(samples)
@@ -133,7 +142,7 @@ def test_the_start_up_fit_recovers_a_base_and_a_per_start_increment():
 
 
 def test_the_start_up_fit_is_the_median_when_load_does_not_matter_and_none_without_samples():
-    from farm.replay_metrics import fit_startup
+    from farm.app.live_replay.metrics import fit_startup
 
     assert fit_startup([(1, 1.0), (1, 2.0), (1, 4.0)]) == (2.0, 0.0, 3)
     assert fit_startup([(1, 2.0), (2, 1.5), (3, 1.0)])[1] == 0.0  # faster under load: no per-start term
@@ -141,14 +150,14 @@ def test_the_start_up_fit_is_the_median_when_load_does_not_matter_and_none_witho
 
 
 def test_an_exit_lag_counts_from_the_retirement_or_the_end_of_the_last_request():
-    from farm.replay_metrics import exit_lags
+    from farm.app.live_replay.metrics import exit_lags
 
     assert exit_lags([(10.0, None, 10.6), (10.0, 12.0, 12.5), (10.0, 8.0, 10.7), (10.0, None, 9.0)]) == [
         pytest.approx(0.6), pytest.approx(0.5), pytest.approx(0.7)]
 
 
 def test_dispatch_latency_counts_from_when_both_the_request_and_its_worker_were_free():
-    from farm.replay_metrics import dispatch_latencies
+    from farm.app.live_replay.metrics import dispatch_latencies
 
     stages = [("w1", 0.0, 1.1, 2.0), ("w1", 1.5, 2.05, 3.0), ("w1", 4.0, 4.02, 5.0), ("w2", 0.0, 0.5, 1.0)]
     # w1 ready at 1.0; w2's ready time is unknown: its first request is no sample
@@ -157,11 +166,11 @@ def test_dispatch_latency_counts_from_when_both_the_request_and_its_worker_were_
 
 
 def test_the_prediction_takes_the_runs_physics_times_the_speed(monkeypatch):
-    import planner.replay
-    from farm.replay import ReplayOptions, predict_result, same_run
+    import planner.eval.loop
+    from farm.app.live_replay import ReplayOptions, predict_result, same_run
 
     seen = {}
-    monkeypatch.setattr(planner.replay, "replay", lambda trace, knobs, **kw: seen.update(kw))
+    monkeypatch.setattr(planner.eval.loop, "evaluate", lambda trace, knobs, **kw: seen.update(kw))
     report = {"startup_s": 1.5, "physics": {"startup_s": 0.5, "startup_per_start_s": 0.1, "retire_s": 0.6,
                                             "dispatch_s": 0.02}}
     options = same_run(ReplayOptions(speed=10.0, startup_s=1.0), report)
@@ -172,7 +181,7 @@ def test_the_prediction_takes_the_runs_physics_times_the_speed(monkeypatch):
 
 
 def test_the_replay_options_refuse_a_negative_physics_parameter():
-    from farm.replay import ReplayOptions
+    from farm.app.live_replay import ReplayOptions
 
     with pytest.raises(ReplayError, match="retire_s"):
         ReplayOptions(retire_s=-0.5)

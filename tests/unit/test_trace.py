@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner import trace as tracefile
-from planner.trace import Trace, TraceBatch, TraceError, TraceStage
+from planner.eval import trace as tracefile
+from planner.eval.trace import Trace, TraceBatch, TraceError, TraceStage
 
 STAGES = (TraceStage("compile", "cpu", 1.0, 120.0), TraceStage("execute", "gpu", 8.0, 60.0))
 HEADER = {"format": "reward-trace/1", "stages": [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner import trace as tracefile
-from planner import tracestats
-from planner.tracegen import GeneratorParams, generate, outcome_mix
+from planner.eval import trace as tracefile
+from planner.eval import tracestats
+from planner.eval.tracegen import GeneratorParams, generate, outcome_mix
 
 P = GeneratorParams()
 SMALL = GeneratorParams(tasks=2, batches=6, batch_size=512)

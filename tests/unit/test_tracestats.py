@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner import tracestats
-from planner.trace import Trace, TraceBatch, TraceStage
+from planner.eval import tracestats
+from planner.eval.trace import Trace, TraceBatch, TraceStage
 
 STAGES = (TraceStage("compile", "cpu", 1.0, 120.0), TraceStage("execute", "gpu", 8.0, 60.0))
 

@@ -14,6 +14,7 @@ timeouts off and the stage's timeout as a hard kill (`timeout` status). A verifi
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import replace
 from typing import Any, Mapping
 
@@ -54,8 +55,6 @@ def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
     import a module the worker did not preload) becomes `infra_error`, never a false `wrong`; any other
     error is the answer's (it cannot be parsed or compared).
     """
-    import logging
-
     from math_verify import parse, verify
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" notices: ours is the hard kill

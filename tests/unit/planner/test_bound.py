@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from planner.bound import mean_delay_bound
-from planner.simulate import Simulator
-from planner.workload import Workload, single_stage
 from test_search import _two_stage_workload, two_stage
+
+from planner.eval.bound import mean_delay_bound
+from planner.policy.simulate import Simulator
+from planner.policy.workload import Workload, single_stage
 
 
 def test_one_worker_for_two_simultaneous_requests_delays_the_batch_by_the_shorter_one():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from farm.cli import main
-from planner import trace as tr
+from farm.app.cli import main
+from planner.eval import trace as tr
 
 
 @pytest.fixture

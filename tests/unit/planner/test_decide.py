@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from farm.knobs import Knobs
-from planner.policy import _band, _reserve, decide, parse_policy
-from planner.snapshot import QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
+from planner.policy.decide import _band, _reserve, decide, parse_policy
+from planner.policy.snapshot import QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
 
 STAGES = (StageState("compile", "cpu", 1.0, 120.0, "cuda.compile"), StageState("execute", "gpu", 8.0, 60.0, "cuda.execute"))
 

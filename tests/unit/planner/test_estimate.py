@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 
-from planner.estimate import estimate
-from planner.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
+from planner.policy.estimate import estimate
+from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
 
 STAGES = (StageState("compile", "cpu", 1.0, 120.0, "cuda.compile"), StageState("execute", "gpu", 8.0, 60.0, "cuda.execute"))
 HISTORY = np.array([[10.0, 50.0, 3.0], [20.0, 40.0, 0.0], [30.0, 60.0, 5.0], [40.0, 0.0, 0.0]])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from planner.search import PRECISION, _lower_bound, search
-from planner.simulate import Simulator
-from planner.workload import Workload, single_stage
 from test_simulate import FIG9_ARRIVALS, FIG9_HISTORY, FIG9_TIMEOUT
+
+from planner.policy.search import PRECISION, _lower_bound, search
+from planner.policy.simulate import Simulator
+from planner.policy.workload import Workload, single_stage
 
 
 def test_figure_9_history_alone_gives_two_workers():

@@ -1,0 +1,3 @@
+from farm.app.cli import main
+
+main()

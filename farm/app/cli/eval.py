@@ -1,0 +1,95 @@
+"""`farm eval TRACE`: replay a trace with a policy in the loop and report design.md's metrics."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from farm.knobs import SCHEDULERS, Knobs, StageKnobs
+from planner.eval import trace as tr
+from planner.eval.compare import run_compare
+from planner.eval.loop import STARTUP_PRESETS, evaluate
+from planner.policy.decide import parse_policy
+
+
+def _load(spec: str):
+    try:
+        return tr.read(tr.resolve(spec))
+    except tr.TraceError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _startup(value: str) -> float:
+    if value in STARTUP_PRESETS:
+        return STARTUP_PRESETS[value]
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise click.BadParameter(f"expected seconds or one of {', '.join(STARTUP_PRESETS)}") from None
+    if seconds < 0:
+        raise click.BadParameter("must be >= 0")
+    return seconds
+
+
+def _table(summary: dict) -> str:
+    lines = [
+        f"policy {summary['policy']}  scheduler {summary['scheduler']}  D {summary['delay_s']:g} s  "
+        f"start-up {summary['startup_s']:g} s",
+        f"{summary['batches']} batches, {summary['requests']} requests, {summary['decisions']} decisions",
+        f"extra delay   mean {summary['extra_delay_mean_s']:.3f} s   p95 {summary['extra_delay_p95_s']:.3f} s   "
+        f"max {summary['extra_delay_max_s']:.3f} s",
+        f"{'stage':<16}{'resource':<10}{'allocated s':>14}{'busy s':>14}{'normalised':>12}",
+    ]
+    for name, s in summary["stages"].items():
+        norm = "-" if s["normalized"] is None else f"{s['normalized']:.3f}"
+        lines.append(f"{name:<16}{s['resource']:<10}{s['allocated_s']:>14.1f}{s['busy_s']:>14.1f}{norm:>12}")
+    lines.append("resources     " + "   ".join(f"{k} {v:.1f} s" for k, v in summary["resources"].items()))
+    lines.append(
+        f"planner       mean {summary['planner_runtime_mean_s'] * 1000:.1f} ms   "
+        f"max {summary['planner_runtime_max_s'] * 1000:.1f} ms per decision"
+    )
+    return "\n".join(lines)
+
+
+@click.command("eval")
+@click.argument("trace")
+@click.option("--policy", default="distrs", show_default=True,
+              help="distrs | history | ideal | zq-dedicated | static:N1,N2,...")
+@click.option("--scheduler", type=click.Choice(SCHEDULERS), default="ebf", show_default=True)
+@click.option("--delay", "delay_s", type=float, default=2.0, show_default=True, help="D: tolerated extra delay (s)")
+@click.option("--startup-s", "startup", default="0", show_default=True,
+              help="seconds for a new worker to be ready, or a preset: paper (0), realistic (30)")
+@click.option("--tick-s", type=float, default=Knobs.tick_s, show_default=True, help="periodic decision interval (s)")
+@click.option("--max-workers", type=int, default=100_000, show_default=True, help="upper bound of every pool")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
+@click.option("--compare", is_flag=True, help="run every policy, print a side-by-side table and write figures")
+@click.option("--runtime-sizes", default="1000,2000,4000,8000,16000", show_default=True,
+              help="--compare: estimated-request counts of the planner-runtime figure (comma list)")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
+              help="where --compare writes its figures and JSON")
+def eval_(trace, policy, scheduler, delay_s, startup, tick_s, max_workers, seed, as_json, compare, runtime_sizes,
+          out_dir):
+    """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
+    deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
+    t = _load(trace)
+    startup_s = _startup(startup)
+    try:
+        parse_policy(policy, len(t.stages))
+        stages = {f"trace.{s.name}": StageKnobs(max_workers=max_workers) for s in t.stages}
+        knobs = Knobs(delay_s=delay_s, scheduler=scheduler, policy=policy, tick_s=tick_s, stages=stages)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    if compare:
+        try:
+            sizes = tuple(int(x) for x in runtime_sizes.split(","))
+        except ValueError:
+            raise click.BadParameter(f"--runtime-sizes must be whole numbers, not {runtime_sizes!r}") from None
+        report = run_compare(t, knobs, out_dir=out_dir, startup_s=startup_s, seed=seed, runtime_sizes=sizes,
+                             echo=lambda line: click.echo(line, err=True))
+        click.echo(json.dumps(report, indent=1) if as_json else report["table"])
+        return
+    result = evaluate(t, knobs, startup_s=startup_s, seed=seed)
+    summary = result.summary()
+    click.echo(json.dumps(summary) if as_json else _table(summary))

@@ -1,0 +1,57 @@
+"""`farm planner`: the daemon that sizes the stage pools at every decision epoch and sets EBF keys."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from farm.config import from_env
+from farm.store.engine import StoreError
+from planner.runtime import service
+
+
+@click.command()
+@click.option("--backend", type=click.Choice(["local", "docker"]), default="local", show_default=True,
+              help="Where workers live: processes on this machine, or Docker containers.")
+@click.option("--pipeline", "pipelines", multiple=True,
+              help="Size only this pipeline's pools (repeatable; default: every pipeline the farm has seen).")
+@click.option("--startup-s", type=click.FloatRange(min=0), default=None,
+              help="Seconds a new worker takes to serve; the policy starts workers that far ahead "
+                   "(default: the backend's measured start-up).")
+@click.option("--image", default=None, help="docker backend: the worker image of CPU and I/O stages.")
+@click.option("--gpu-image", default=None, help="docker backend: the worker image of GPU stages (CUDA base).")
+@click.option("--network", default=None, help="docker backend: the network the workers join.")
+@click.option("--database-url", envvar="FARM_DATABASE_URL", default=None,
+              help="The history store (default: FARM_DATABASE_URL, else the embedded SQLite file).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the policy's sampling.")
+@click.option("--cold-workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Floor of every pool while a batch with no history anywhere in its pipeline is active "
+                   "(0: the policy's own cold default alone).")
+@click.option("--once", is_flag=True, help="Reconcile, make one decision and exit.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every decision.")
+def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, image: str | None,
+            gpu_image: str | None, network: str | None, database_url: str | None, seed: int, cold_workers: int, once: bool,
+            verbose: bool) -> None:
+    """Run the planner daemon: wakes when a batch opens or completes and every `tick_s`, decides the
+    workers per stage with the knobs' policy, and spawns or retires workers through the backend."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    options = {k: v for k, v in (("image", image), ("gpu_image", gpu_image), ("network", network)) if v is not None}
+    if options and backend != "docker":
+        raise click.UsageError("--image, --gpu-image and --network are options of the docker backend "
+                               "(also read from FARM_DOCKER_* variables)")
+    try:
+        built = service.build(from_env(), backend=backend, database_url=database_url, pipelines=pipelines or None,
+                              startup_s=startup_s, seed=seed, cold_workers=cold_workers,
+                              backend_options=options)
+    except (StoreError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        service.run(built, once=once)
+    finally:
+        built.close()
+
+
+if __name__ == "__main__":  # `python -m farm.app.cli.planner`: how the embedded farm and the demo start it
+    planner()

@@ -1,0 +1,83 @@
+"""`farm status`: per stage queued / running / workers, per active batch progress n/B and estimated T."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+import redis
+from rich.console import Console
+from rich.table import Table
+
+from farm.app.cli.common import require_redis, settings_options
+from farm.knobs import from_json, redis_key
+from farm.protocol.live import inspect
+from planner.runtime.service import planner_alive
+
+
+def status_report(live, knobs, planner: dict | None = None) -> dict:
+    """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
+    return {
+        "now": live.now,
+        "planner": planner,
+        "scheduler": live.scheduler,
+        "delay_s": knobs.delay_s,
+        "policy": knobs.policy,
+        "stages": {
+            q: {
+                "queued": len(st.pending),
+                "running": len(st.running),
+                "workers": sum(1 for w in st.workers if w.alive),
+                "idle": sum(1 for w in st.workers if w.alive and w.idle),
+            }
+            for q, st in sorted(live.stages.items())
+        },
+        "batches": [
+            {
+                "batch": b.batch_id, "task": b.task, "pipeline": b.pipeline, "size": b.size,
+                "arrived": b.arrived, "done": b.done, "opened_at": b.opened_at, "estimated_at": b.key,
+            }
+            for b in live.batches
+        ],
+    }
+
+
+def _relative(t: float, now: float) -> str:
+    delta = t - now
+    return f"in {delta:.1f} s" if delta >= 0 else f"{-delta:.1f} s ago"
+
+
+@click.command()
+@settings_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def status(settings, as_json):
+    """Show what the farm is doing now."""
+    client = redis.Redis.from_url(require_redis(settings), decode_responses=True)
+    try:
+        live = inspect(client, settings, now=time.time())
+        knobs = from_json(client.get(redis_key(settings.namespace)))
+        planner = planner_alive(client, settings.namespace)
+    except redis.ConnectionError as exc:
+        raise click.ClickException(f"cannot reach the farm's Redis at {settings.redis_url}: {exc}") from exc
+    finally:
+        client.close()
+    report = status_report(live, knobs, planner)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+
+    console = Console()
+    console.print(f"scheduler [bold]{report['scheduler']}[/]  D = {report['delay_s']:g} s  policy {report['policy']}")
+    daemon = report["planner"]
+    console.print(f"planner daemon: pid {daemon.get('pid')} ({daemon.get('backend')} backend)" if daemon
+                  else "planner daemon: none running (pools stay as they are)")
+    stages = Table("stage", "queued", "running", "workers", "idle", title="stages")
+    for q, st in report["stages"].items():
+        stages.add_row(q, str(st["queued"]), str(st["running"]), str(st["workers"]), str(st["idle"]))
+    console.print(stages)
+    batches = Table("batch", "task", "pipeline", "done/B", "arrived", "estimated T", title="active batches")
+    for b in report["batches"]:
+        batches.add_row(b["batch"], b["task"], b["pipeline"], f"{b['done']}/{b['size']}", str(b["arrived"]),
+                        _relative(b["estimated_at"], report["now"]))
+    console.print(batches if report["batches"] else "no active batch")

@@ -1,0 +1,66 @@
+"""`farm up`: run a farm on this machine until Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import click
+
+from farm import registry
+from farm.app.cli.common import settings_options
+from farm.app.embedded import EmbeddedFarm
+from farm.config import read_endpoint
+from farm.pipeline import UnknownPipeline
+
+
+def _stage_counts(pairs: tuple[str, ...]) -> dict[str, int]:
+    counts = {}
+    for pair in pairs:
+        queue, sep, n = pair.partition("=")
+        if not sep or not n.isdigit():
+            raise click.BadParameter(f"{pair!r} is not QUEUE=N (e.g. synthetic.execute=4)", param_hint="--stage-workers")
+        counts[queue] = int(n)
+    return counts
+
+
+@click.command()
+@settings_options
+@click.option("--pipeline", "pipelines", multiple=True, default=("synthetic",), show_default=True,
+              help="Pipelines to serve (repeat for several).")
+@click.option("--workers", "workers_per_stage", type=click.IntRange(0, 256), default=1, show_default=True,
+              help="Fixed workers per stage (without the planner).")
+@click.option("--stage-workers", multiple=True, metavar="QUEUE=N", help="Workers of one stage, e.g. synthetic.execute=4.")
+@click.option("--flower-port", type=click.IntRange(0, 65535), default=5555, show_default=True, help="0: no Flower.")
+@click.option("--planner/--no-planner", default=False, show_default=True,
+              help="Let the planner daemon size the pools instead of fixed workers.")
+def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, planner):
+    """Run a farm: embedded Redis and SQLite history unless URLs are given, local stage workers, Flower."""
+    other = read_endpoint(settings.data_dir)
+    if other:
+        raise click.ClickException(f"a farm already runs from {settings.data_dir} (pid {other['pid']}); "
+                                   "stop it or pass another --data-dir")
+    try:
+        for name in pipelines:
+            registry.get(name)
+    except UnknownPipeline as exc:
+        raise click.ClickException(str(exc)) from exc
+    farm = EmbeddedFarm(settings, pipelines=pipelines, workers_per_stage=workers_per_stage,
+                        workers=_stage_counts(stage_workers), flower_port=flower_port or None, planner=planner)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with farm:
+        s = farm.settings
+        click.echo(f"redis     {s.redis_url}")
+        click.echo(f"history   {s.database_url or 'sqlite under ' + str(s.data_dir)}")
+        click.echo(f"namespace {s.namespace}")
+        click.echo(f"flower    {farm.flower_url or 'off'}")
+        click.echo(f"stages    {', '.join(farm.stage_queues)}")
+        click.echo(f"planner   {'on' if planner else 'off (fixed pools)'}")
+        if not planner:
+            farm.wait_ready(stop=stop)
+        click.echo(f"the farm is up; clients here find it on their own (or export FARM_REDIS_URL={s.redis_url}). "
+                   "Ctrl-C stops it.")
+        stop.wait()
+        click.echo("stopping: workers finish their current request first")

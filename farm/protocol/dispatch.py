@@ -1,0 +1,84 @@
+"""The synchronous executor of the farm's scripts, used by workers, the planner and the sync client."""
+
+from __future__ import annotations
+
+import time
+
+import redis as redis_lib
+
+from farm.config import Settings, redis_url
+from farm.knobs import Knobs, from_json
+from farm.protocol.calls import (
+    MAX_ATTEMPTS,
+    RECLAIM_LIMIT,
+    Call,
+    cancel_call,
+    check_batch_id,
+    set_estimate_call,
+    sweep_call,
+)
+from farm.protocol.keys import Keys, stamp
+from farm.protocol.live import LiveState, Progress, inspect, parse_progress
+from farm.protocol.scripts import EVENTS_MAXLEN, SCRIPTS, lua_tokens
+from farm.results import Status
+
+
+class Dispatch:
+    """Runs the farm's scripts on one Redis connection pool (thread-safe)."""
+
+    def __init__(self, settings: Settings, redis=None) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self.redis = redis or redis_lib.Redis.from_url(redis_url(settings), decode_responses=True)
+        self._scripts = {name: self.redis.register_script(src) for name, src in SCRIPTS.items()}
+        self._knobs: tuple[float, Knobs] | None = None
+        self.lua_tokens = lua_tokens(settings)
+        self._flag = "1" if self.lua_tokens else "0"
+
+    def run(self, call: Call):
+        return self._scripts[call.script](args=[self.settings.namespace, EVENTS_MAXLEN, self._flag, *call.args])
+
+    def knobs(self, max_age_s: float = 1.0) -> Knobs:
+        """The live knobs, re-read at most once per `max_age_s`."""
+        now = time.monotonic()
+        if self._knobs is None or now - self._knobs[0] > max_age_s:
+            self._knobs = (now, from_json(self.redis.get(self.keys.knobs)))
+        return self._knobs[1]
+
+    def set_estimate(self, batch_id: str, estimated_at: float) -> bool:
+        """Move a batch in every stage's EBF order; False when it is no longer open."""
+        return self.run(set_estimate_call(check_batch_id(batch_id), estimated_at)) == "ok"
+
+    def cancel(self, batch_id: str, now: float | None = None) -> str:
+        return self.run(cancel_call(check_batch_id(batch_id), time.time() if now is None else now))
+
+    def sweep(self) -> list[str]:
+        """Give lapsed leases back; returns one stage queue per request put back (each needs a token
+        unless `lua_tokens`: then the script published them)."""
+        return list(self.run(sweep_call()))
+
+    def progress(self, batch_id: str) -> Progress:
+        return parse_progress(batch_id, self.redis.hgetall(self.keys.batch(batch_id)))
+
+    def pick(self, queue: str, worker: str, scheduler: str, token: str):
+        return self.run(Call("pick", queue, scheduler, worker, str(self.settings.lease_s), token,
+                             str(RECLAIM_LIMIT), str(MAX_ATTEMPTS)))
+
+    def heartbeat(self, token: str, batch_id: str) -> str:
+        return self.run(Call("heartbeat", token, str(self.settings.lease_s), batch_id))
+
+    def abandon(self, worker: str, queue: str, status: Status, message: str, now: float | None = None) -> str:
+        return self.run(Call("abandon", worker, queue, stamp(time.time() if now is None else now), status.value, message))
+
+    def forget_worker(self, queue: str, worker: str) -> None:
+        """Drop a retired worker from its stage's registry (a killed one otherwise stays, shown not alive)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hdel(self.keys.queue(queue, "seen"), worker)
+        pipe.hdel(self.keys.queue(queue, "busy"), worker)
+        pipe.execute()
+
+    def inspect(self, queues: list[str] | None = None) -> LiveState:
+        return inspect(self.redis, self.settings, queues)
+
+    def close(self) -> None:
+        self.redis.close()

@@ -1,0 +1,127 @@
+"""The live farm read back from Redis: batch progress and, per stage queue, what waits, what runs and
+which workers are registered. Read-only: `farm status` and the planner daemon look, nothing changes."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+from farm.config import Settings
+from farm.errors import BatchNotFound
+from farm.knobs import from_json
+from farm.protocol.keys import Keys
+
+
+@dataclass(frozen=True)
+class Progress:
+    batch_id: str
+    task: str
+    pipeline: str
+    size: int
+    arrived: int
+    done: int
+    state: str  # open, completed or cancelled
+    opened_at: float
+    key: float  # the EBF key: estimated completion time, the open time until the planner sets one
+    group_size: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state != "open"
+
+
+def parse_progress(batch_id: str, h: Mapping[str, str]) -> Progress:
+    if not h:
+        raise BatchNotFound(f"no batch {batch_id!r}")
+    return Progress(batch_id, h["task"], h["pipeline"], int(h["size"]), int(h["arrived"]), int(h["done"]),
+                    h["state"], float(h["opened_at"]), float(h["key"]),
+                    int(h["group_size"]) if h.get("group_size") else None)
+
+
+@dataclass(frozen=True)
+class PendingRequest:
+    id: str
+    batch: str
+    enqueued_at: float
+
+
+@dataclass(frozen=True)
+class RunningRequest:
+    id: str
+    batch: str
+    started_at: float
+    worker: str
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    name: str
+    last_seen: float
+    busy: str | None  # the request it runs, None when idle
+    alive: bool  # seen within the lease time
+
+    @property
+    def idle(self) -> bool:
+        return self.busy is None
+
+
+@dataclass(frozen=True)
+class StageState:
+    queue: str
+    pending: tuple[PendingRequest, ...]  # in the order workers will take them under the current scheduler
+    running: tuple[RunningRequest, ...]
+    workers: tuple[WorkerState, ...]
+
+
+@dataclass(frozen=True)
+class LiveState:
+    now: float
+    scheduler: str
+    batches: tuple[Progress, ...]  # active batches, by open time
+    stages: Mapping[str, StageState]
+
+
+def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None) -> LiveState:
+    """A consistent-enough snapshot of the live farm for `farm status` and the planner daemon."""
+    k = Keys(settings.namespace)
+    now = time.time() if now is None else now
+    knobs = from_json(redis.get(k.knobs))
+    ids = redis.zrange(k.batches, 0, -1)
+    pipe = redis.pipeline(transaction=False)
+    for bid in ids:
+        pipe.hgetall(k.batch(bid))
+    batches = tuple(parse_progress(bid, h) for bid, h in zip(ids, pipe.execute()) if h)
+    names = sorted(set(queues) if queues is not None else set(redis.smembers(k.queues)))
+    stages = {}
+    for q in names:
+        order = redis.zrange(k.queue(q, knobs.scheduler), 0, -1)
+        pipe = redis.pipeline(transaction=False)
+        for bid in order:
+            pipe.lrange(k.queue(q, f"l:{bid}"), 0, -1)
+        pipe.hgetall(k.queue(q, "busy"))
+        pipe.hgetall(k.queue(q, "seen"))
+        *lists, busy, seen = pipe.execute()
+        pending = []
+        for bid, entries in zip(order, lists):
+            for entry in entries:
+                _seq, enq_at, rid = entry.split("|", 2)
+                pending.append(PendingRequest(rid, bid, float(enq_at)))
+        if knobs.scheduler == "fcfs":
+            pending.sort(key=lambda p: p.enqueued_at)
+        running = []
+        busy_of = {}
+        for worker, raw in busy.items():
+            held = json.loads(raw)
+            running.append(RunningRequest(held["request"], held["batch"], float(held["started_at"]), worker))
+            busy_of[worker] = held["request"]
+        workers = tuple(
+            WorkerState(w, float(t), busy_of.get(w), now - float(t) <= settings.lease_s)
+            for w, t in sorted(seen.items())
+        )
+        stages[q] = StageState(q, tuple(pending), tuple(sorted(running, key=lambda r: r.started_at)), workers)
+    return LiveState(now, knobs.scheduler, batches, stages)
+
+
+live_state = inspect

@@ -1,0 +1,92 @@
+"""The evaluation's metrics, with design.md's definitions (the same in simulation, live replay and reports).
+
+- extra delay of a batch: d = C - T, C when its last request finished its last stage, T = Eq. 1-2 on
+  its actual r_i, s_ij; mean, p95 and max over batches.
+- allocated worker-seconds per stage: the integral of the workers that exist (starting, idle, busy);
+  per resource kind too; resource consumption = sum_j C_j x allocated_j.
+- busy worker-seconds per stage: sum_i s_ij; normalised = allocated / busy (1.0 is perfect).
+- planner runtime per decision, with the number of requests it estimated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class EvalResult:
+    policy: str
+    scheduler: str
+    delay_s: float
+    startup_s: float
+    stage_names: tuple[str, ...]
+    resources: tuple[str, ...]
+    costs: tuple[float, ...]
+    batch_ids: tuple[str, ...]
+    tasks: tuple[str, ...]
+    earliest: np.ndarray  # T per batch
+    completed: np.ndarray  # C per batch
+    requests: int
+    allocated_s: np.ndarray  # per stage
+    busy_s: np.ndarray  # per stage
+    timeline: tuple[tuple[float, tuple[int, ...]], ...]  # (time, workers per stage) at every change
+    decisions: np.ndarray  # (d, 3): time, runtime s, estimated requests
+    end_s: float
+
+    @classmethod
+    def build(cls, trace, knobs, startup_s, batches, alloc, busy_s, timeline, decisions, end) -> "EvalResult":
+        return cls(
+            policy=knobs.policy, scheduler=knobs.scheduler, delay_s=knobs.delay_s, startup_s=startup_s,
+            stage_names=tuple(s.name for s in trace.stages), resources=tuple(s.resource for s in trace.stages),
+            costs=tuple(s.cost for s in trace.stages), batch_ids=tuple(b.id for b in batches),
+            tasks=tuple(b.tb.task for b in batches),
+            earliest=np.array([b.earliest for b in batches]), completed=np.array([b.completed_at for b in batches]),
+            requests=sum(b.size for b in batches), allocated_s=np.asarray(alloc, dtype=np.float64),
+            busy_s=np.asarray(busy_s, dtype=np.float64), timeline=tuple(timeline),
+            decisions=np.array(decisions, dtype=np.float64).reshape(-1, 3), end_s=float(end),
+        )
+
+    @property
+    def extra_delay(self) -> np.ndarray:
+        # C >= T in exact arithmetic; clip float noise of a few ulps
+        return np.maximum(self.completed - self.earliest, 0.0)
+
+    @property
+    def normalized(self) -> np.ndarray:
+        return np.divide(self.allocated_s, self.busy_s, out=np.full(len(self.busy_s), np.nan), where=self.busy_s > 0)
+
+    def resource_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for kind, a in zip(self.resources, self.allocated_s):
+            out[kind] = out.get(kind, 0.0) + float(a)
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        d = self.extra_delay
+        runtime = self.decisions[:, 1] if len(self.decisions) else np.zeros(1)
+        norm = self.normalized
+        return {
+            "policy": self.policy,
+            "scheduler": self.scheduler,
+            "delay_s": self.delay_s,
+            "startup_s": self.startup_s,
+            "batches": len(self.batch_ids),
+            "requests": self.requests,
+            "extra_delay_mean_s": float(d.mean()),
+            "extra_delay_p95_s": float(np.percentile(d, 95)),
+            "extra_delay_max_s": float(d.max()),
+            "stages": {
+                name: {"resource": kind, "allocated_s": float(a), "busy_s": float(b),
+                       "normalized": None if np.isnan(x) else float(x)}
+                for name, kind, a, b, x in zip(self.stage_names, self.resources, self.allocated_s, self.busy_s, norm)
+            },
+            "resources": self.resource_seconds(),
+            "cost": float(np.dot(self.costs, self.allocated_s)),
+            "decisions": int(len(self.decisions)),
+            "planner_runtime_mean_s": float(runtime.mean()),
+            "planner_runtime_max_s": float(runtime.max()),
+            "duration_s": self.end_s,
+        }

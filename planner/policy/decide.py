@@ -1,0 +1,166 @@
+"""`decide(snapshot, knobs, rng)`: the planner's policy, the same for the live daemon and the evaluation.
+
+Policies (`knobs.policy`):
+- `distrs`: Algorithm 2 estimates, Algorithm 1 with the timeout-aware SIMULATE, the knobs' scheduler
+  (EBF by default) simulated as dispatched, shared pools.
+- `history`: the same without the timeout-aware check (Algorithm 1 on history alone).
+- `ideal`: shared pools sized with the actual requests of the active batches (evaluation only).
+- `zq-dedicated`: per task its own pools, each stage sized for zero queueing from the task's history:
+  the most requests of the previous batch that ran there at once, held from the batch's first arrival
+  (less the look-ahead, so the pool is ready) until it completes: the paper's batch-granularity baseline.
+- `static:N1,N2,...`: fixed pools, one count per stage in pipeline order.
+
+Algorithm 1 sizes a pool that is constant until every active batch is done. Decisions recur at least
+every `knobs.tick_s`, so the pool needed *now* is only what that schedule keeps busy until the next
+decision can take effect (`tick_s + startup_s`): that is the decision, and an idle rollout phase costs
+nothing. The shorter the tick, the closer the pools follow that schedule: decisions take milliseconds,
+so the default tick is one second. Where a request the estimate did not foresee could wait longer than D
+for the next decision's worker (`tick_s + startup_s > D`), estimating policies add a spare worker per stage
+for batches in their end phase (`_reserve`). A scale-down inside the tolerance band (the pool at most
+10% over its need, as Kubernetes' replica calculator tolerates; see `_band`) is skipped: no churn for a
+worker or two.
+
+A task's first batch borrows the pipeline's other tasks' history; with none at all (a cold farm) see
+`planner.policy.estimate` for the default. The EBF key of a batch is its T from Eq. 1-2 over its estimated
+requests, each from when it entered its current queue (time spent waiting counts against D).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import numpy as np
+
+from farm.knobs import Knobs
+from planner.policy.estimate import estimate
+from planner.policy.search import search
+from planner.policy.simulate import peak_busy
+from planner.policy.snapshot import ActiveBatch, Decision, Snapshot
+
+POLICIES = ("distrs", "history", "ideal", "zq-dedicated", "static:N1,N2,...")
+TOLERANCE = 0.1  # keep a pool up to 10% above its need rather than retire a worker or two
+_STATIC = re.compile(r"^static:(\d+(?:,\d+)*)$")
+
+
+def parse_policy(name: str, stages: int | None = None) -> tuple[str, tuple[int, ...]]:
+    """('distrs' | 'history' | 'ideal' | 'zq-dedicated' | 'static', counts for static)."""
+    if name in ("distrs", "history", "ideal", "zq-dedicated"):
+        return name, ()
+    match = _STATIC.match(name or "")
+    if not match:
+        raise ValueError(f"unknown policy {name!r}; policies: {', '.join(POLICIES)}")
+    counts = tuple(int(x) for x in match.group(1).split(","))
+    if stages is not None and len(counts) != stages:
+        raise ValueError(f"policy {name!r} names {len(counts)} pools but the pipeline has {stages} stages")
+    return "static", counts
+
+
+def _band(need: int, current: int, startup_s: float) -> int:
+    """Keep a pool up to 10% over its need. Where a replacement costs a start-up, a small pool keeps
+    one surplus worker too (retired now and needed again soon, it would be paid for twice); with
+    instant start-ups churn costs nothing, and a pool of under 10 workers keeps none."""
+    top = need * (1 + TOLERANCE)
+    if startup_s > 0:
+        top = math.ceil(top)
+    if need > 0 and need <= current <= top:
+        return current
+    return need
+
+
+def _clamp(snapshot: Snapshot, knobs: Knobs, counts) -> dict[str, int]:
+    out = {}
+    for stage, n in zip(snapshot.stages, counts):
+        bounds = knobs.stage(stage.queue)
+        out[stage.queue] = int(min(max(int(n), bounds.min_workers), bounds.max_workers))
+    return out
+
+
+def _zero_queue_peaks(h: np.ndarray) -> np.ndarray:
+    """Per stage, the most requests of a batch `[r_i, s_ij]` running at once when none ever waits."""
+    times = h[:, 1:]
+    start = h[:, 0:1] + np.concatenate([np.zeros((len(h), 1)), np.cumsum(times, axis=1)[:, :-1]], axis=1)
+    out = np.zeros(times.shape[1], dtype=np.int64)
+    for k in range(times.shape[1]):
+        visit = times[:, k] > 0
+        s = np.where(visit, start[:, k], np.nan)
+        out[k] = peak_busy(s, s + times[:, k])
+    return out
+
+
+def _zq_batch(snapshot: Snapshot, b: ActiveBatch, lookahead: float) -> np.ndarray:
+    m = len(snapshot.stages)
+    live = b.state != 2
+    present = np.bincount(b.stage[live], minlength=m)[:m]  # never fewer than what is at each stage now
+    h = snapshot.history.get(b.task)
+    if h is None or not len(h):
+        others = [np.asarray(v) for _, v in sorted(snapshot.history.items()) if len(v)]
+        h = np.concatenate(others) if others else None
+    if h is None:  # cold: zero queueing for what arrived, and a spare worker while requests are to come
+        return present + (1 if b.outstanding > 0 else 0)
+    first = b.start_s + float(np.min(h[:, 0]))
+    if not len(b.arrival) and snapshot.now < first - lookahead:
+        return np.zeros(m, dtype=np.int64)
+    return np.maximum(_zero_queue_peaks(np.asarray(h, dtype=np.float64)), present)
+
+
+def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
+    """Spare workers at each stage that a request of a batch in its end phase may still reach.
+
+    The estimate cannot say which in-flight request goes on to a later stage nor when; near a batch's
+    end such a request may be its critical one, and it waits for the next decision's worker: up to
+    `tick_s + startup_s`. Within D that wait needs no spare. Beyond it, each stage that a request of a
+    batch in its end phase (due within the sum of the timeouts: any request still out may be critical)
+    may still reach keeps one spare, however many such batches, plus one per tick a new worker takes to
+    start (a spare used up is replaced that late).
+    """
+    m = len(snapshot.stages)
+    if knobs.tick_s + snapshot.startup_s <= knobs.delay_s:
+        return np.zeros(m, dtype=np.int64)
+    horizon = float(snapshot.timeouts.sum())
+    may = np.zeros(m, dtype=np.int64)
+    for b, key in zip(snapshot.batches, keys):
+        if key - snapshot.now > horizon:
+            continue
+        live = b.state != 2
+        if b.outstanding > 0:
+            may[:] = 1
+        elif live.any():
+            may[int(b.stage[live].min()):] = 1
+    return may * (1 + math.ceil(snapshot.startup_s / knobs.tick_s))
+
+
+def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
+    """The workers per stage and the EBF key of every active batch, from this snapshot alone."""
+    kind, static = parse_policy(knobs.policy, len(snapshot.stages))
+    current = [s.workers for s in snapshot.stages]
+    lookahead = knobs.tick_s + snapshot.startup_s
+    if not snapshot.batches:
+        counts = static if kind == "static" else [0] * len(current)
+        return Decision(_clamp(snapshot, knobs, counts), {}, f"{kind}: no active batch")
+    w, cold = estimate(snapshot, rng, oracle=(kind == "ideal"))
+    estimates = {b.id: float(t) for b, t in zip(snapshot.batches, w.keys)}
+    note = f" (cold default for {', '.join(cold)})" if cold else ""
+    if kind == "static":
+        return Decision(_clamp(snapshot, knobs, static), estimates, f"static pools {static}{note}")
+    if kind == "zq-dedicated":
+        per_task: dict[str, np.ndarray] = {}
+        for b in snapshot.batches:
+            per_task[b.task] = per_task.get(b.task, 0) + _zq_batch(snapshot, b, lookahead)
+        dedicated = {task: _clamp(snapshot, knobs, n) for task, n in sorted(per_task.items())}
+        totals = {s.queue: sum(d[s.queue] for d in dedicated.values()) for s in snapshot.stages}
+        return Decision(totals, estimates, f"zq-dedicated: {len(dedicated)} tasks' own pools{note}", dedicated)
+    plan = search(
+        w, [s.cost for s in snapshot.stages], scheduler=knobs.scheduler, delay_s=knobs.delay_s,
+        timeout_aware=(kind == "distrs"), lookahead_s=lookahead,
+    )
+    # `ideal` knows every request: no spare worker for the unforeseen
+    reserve = np.zeros(len(current), dtype=np.int64) if kind == "ideal" else _reserve(snapshot, w.keys, knobs)
+    counts = [_band(int(n + r), c, snapshot.startup_s) for n, r, c in zip(plan.window, reserve, current)]
+    reason = (
+        f"{kind}: N={list(plan.workers)} now={counts} for {len(snapshot.batches)} batches, "
+        f"{w.size} estimated requests, {plan.probes} simulations{note}"
+    )
+    return Decision(_clamp(snapshot, knobs, counts), estimates, reason)
+

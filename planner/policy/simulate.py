@@ -1,0 +1,305 @@
+"""SIMULATE: does every batch finish within T + D with N_j workers per stage?
+
+The stages form a tandem network without feedback and every stage's dispatch depends only on what
+reaches that stage (arrival order, the batches' fixed EBF keys, its own workers). So the simulation
+sweeps the stages in pipeline order, one array-based event loop each, and that is exact: a request's
+finish at stage j is its arrival at its next visited stage. It also lets Algorithm 1 keep the stages
+before the one it searches (`Prefix`) and exit at the first violation.
+
+Dispatch is modelled as the live farm does it: a free worker takes the most urgent waiting request
+(EBF: smallest batch key, then earliest arrival at the stage; FCFS: earliest arrival); a running request
+keeps its worker (never preempted); new workers are ready `startup_s` after the decision; when the pool
+shrinks below its busy workers, each busy worker leaves when it finishes (the first to finish, first).
+
+The timeout-aware check (§5.1): a request that had to wait at stage k fails the simulation as soon as it
+could not finish by T + D if it ran to the timeouts of its remaining stages, LT = ts + sum_{j>=k} T_j.
+A wait that no pool size can avoid (until `now + startup_s`, when new workers can first be ready) is
+not counted: that is what is still possible.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.policy.workload import Workload
+
+SCHEDULERS = ("ebf", "fcfs")
+_INF = float("inf")
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """The result of one simulation; per-stage start/finish only when asked for (`detail=True`)."""
+
+    ok: bool
+    completion: np.ndarray | None = None  # (nb,) per batch; None when the run stopped early
+    starts: tuple[np.ndarray, ...] = ()  # per stage, (n,) start time (nan: not visited there)
+    finishes: tuple[np.ndarray, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class Prefix:
+    """The state after the first `stage` stages: when each request is ready for the next one."""
+
+    stage: int
+    ready: np.ndarray
+
+
+def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> list[float]:
+    """When each of the stage's `n_workers` workers is first free (a heap)."""
+    n_workers = max(int(n_workers), 0)
+    busy = np.sort(running_finish)
+    r = len(busy)
+    if n_workers < r:  # busy workers beyond the pool leave as they finish, the first to finish first
+        out = busy[r - n_workers:].tolist() if n_workers else []
+    else:
+        starting = int(min(w.starting[k], max(w.workers[k] - r, 0)))
+        idle = max(int(w.workers[k]) - r - starting, 0)
+        extra = n_workers - r
+        now_ready = min(idle, extra)
+        out = busy.tolist() + [w.now] * now_ready + [w.now + w.startup_s] * (extra - now_ready)
+    heapq.heapify(out)
+    return out
+
+
+def _sweep_fcfs(arr, srv, free, cut):
+    """FCFS: in arrival order, each request takes the first worker free. `arr` ends with an inf sentinel."""
+    n = len(arr) - 1
+    fin = [0.0] * n
+    heapreplace = heapq.heapreplace
+    for i in range(n):
+        a = arr[i]
+        w = free[0]
+        t = a if a >= w else w
+        f = t + srv[i]
+        heapreplace(free, f)
+        fin[i] = f
+        if t > cut[i]:
+            return fin, i
+    return fin, -1
+
+
+def _sweep_ebf(arr, srv, grp, groups, free, cut):
+    """EBF: a free worker takes the head of the most urgent waiting FIFO; `grp` is the rank of the
+    request's batch key (equal keys share a FIFO, ordered by arrival). `arr` ends with an inf sentinel."""
+    n = len(arr) - 1
+    fin = [0.0] * n
+    fifo = [deque() for _ in range(groups)]
+    urgent: list[int] = []  # heap of the ranks that have requests waiting
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    i, t = 0, -_INF
+    while i < n or urgent:
+        w = free[0]
+        if not urgent:
+            a = arr[i]
+            if a >= w and arr[i + 1] > a:  # a free worker and no rival arrival: start now
+                f = a + srv[i]
+                heapreplace(free, f)
+                fin[i] = f
+                if a > cut[i]:
+                    return fin, i
+                t = a
+                i += 1
+                continue
+            t = a if a > w else w
+        elif w > t:
+            t = w
+        while i < n and arr[i] <= t:  # (an unserved upstream request arrives at inf, like the sentinel)
+            g = grp[i]
+            q = fifo[g]
+            if not q:
+                heappush(urgent, g)
+            q.append(i)
+            i += 1
+        q = fifo[urgent[0]]
+        p = q.popleft()
+        if not q:
+            heappop(urgent)
+        f = t + srv[p]
+        heapreplace(free, f)
+        fin[p] = f
+        if t > cut[p]:
+            return fin, p
+    return fin, -1
+
+
+class Simulator:
+    """SIMULATE over one workload, reusable across the probes of Algorithm 1."""
+
+    def __init__(self, w: Workload, *, scheduler: str = "ebf", delay_s: float = 0.0, timeout_aware: bool = True,
+                 limits: np.ndarray | None = None) -> None:
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {scheduler!r}")
+        self.w, self.scheduler, self.timeout_aware = w, scheduler, timeout_aware
+        n, m = w.times.shape
+        self.visits = w.times > 0
+        first = w.first_stage()
+        self.running_at = [w.running & (first == k) for k in range(m)]
+        self.queued_at = [self.visits[:, k] & ~self.running_at[k] for k in range(m)]
+        self.queued_idx = [np.flatnonzero(q) for q in self.queued_at]
+        # remaining time after stage k (its own later stages at least) and LT's sum of timeouts from k on
+        self.rest_after = [w.times[:, k + 1:].sum(axis=1) for k in range(m)]
+        self.lt = np.cumsum(w.timeouts[::-1])[::-1]
+        self.floor = w.now + w.startup_s
+        self.ready0 = w.arrival.copy()
+        # EBF ranks: batches with equal keys share one FIFO (the live order: key, then arrival)
+        self.rank = np.unique(w.keys, return_inverse=True)[1].reshape(-1) if len(w.keys) else np.zeros(0, np.int64)
+        self.groups = int(self.rank.max()) + 1 if len(self.rank) else 0
+        self.keys = w.keys
+        self._cache: dict = {}
+        self._by_batch = np.argsort(w.batch, kind="stable")
+        sorted_batch = w.batch[self._by_batch]
+        self._present = np.unique(sorted_batch)
+        self._cuts = np.searchsorted(sorted_batch, self._present)
+        # lim_b = T_b + D; the caller may pass limits already judged from what is still possible
+        self.limits = (w.deadlines + delay_s) if limits is None else np.asarray(limits, dtype=np.float64)
+
+    def queue_free(self) -> SimResult:
+        """The run with a worker for every request (none ever waits): each starts at stage k when it is
+        ready there, and not before now. Closed form when new workers are ready at once
+        (`startup_s == 0`); otherwise the event loop with that many workers (who gets the idle ones
+        before the new ones are ready is then a matter of dispatch order)."""
+        w = self.w
+        m = w.stages
+        unlimited = [int(self.running_at[k].sum()) + len(self.queued_idx[k]) for k in range(m)]
+        if w.startup_s > 0:
+            return self.run(unlimited, stop_early=False, detail=True)
+        ready = self.ready0.copy()
+        starts = []
+        for k in range(m):
+            start = np.full(w.size, np.nan)
+            run_mask = self.running_at[k]
+            start[run_mask] = w.now
+            idx = self.queued_idx[k]
+            start[idx] = np.maximum(ready[idx], w.now)
+            here = run_mask | self.queued_at[k]
+            ready[here] = start[here] + w.times[here, k]
+            starts.append(start)
+        completion = np.full(len(self.keys), -_INF)
+        if len(self._present):
+            completion[self._present] = np.maximum.reduceat(np.maximum(ready, w.now)[self._by_batch], self._cuts)
+        ok = bool((completion <= self.limits + 1e-9).all())
+        finishes = tuple(np.where(self.visits[:, k], starts[k] + w.times[:, k], np.nan) for k in range(m))
+        return SimResult(ok, completion, tuple(starts), finishes)
+
+    def prefix(self, workers, stage: int, base: Prefix | None = None) -> Prefix | None:
+        """Run stages [base.stage, stage) and keep the ready times; None if they already violate."""
+        start = base.stage if base is not None else 0
+        ready = (base.ready if base is not None else self.ready0).copy()
+        for k in range(start, stage):
+            if not self._stage(k, int(workers[k]), ready, True, None):
+                return None
+        return Prefix(stage, ready)
+
+    def run(self, workers, *, prefix: Prefix | None = None, stop_early: bool = True, detail: bool = False) -> SimResult:
+        w = self.w
+        m = w.stages
+        if len(workers) != m:
+            raise ValueError(f"need one worker count per stage ({m}), got {len(workers)}")
+        start = prefix.stage if prefix is not None else 0
+        ready = (prefix.ready if prefix is not None else self.ready0).copy()
+        starts: list[np.ndarray] | None = [np.full(w.size, np.nan) for _ in range(m)] if detail else None
+        ok = True
+        for k in range(start, m):
+            if not self._stage(k, int(workers[k]), ready, stop_early, starts):
+                ok = False
+                if stop_early:
+                    return SimResult(False)
+        completion = np.full(len(self.keys), -_INF)
+        if len(self._present):
+            done = np.maximum(ready, w.now)[self._by_batch]
+            completion[self._present] = np.maximum.reduceat(done, self._cuts)
+        ok = ok and bool((completion <= self.limits + 1e-9).all())
+        if not detail:
+            return SimResult(ok, completion)
+        finishes = tuple(np.where(self.visits[:, k], starts[k] + w.times[:, k], np.nan) for k in range(m))
+        return SimResult(ok, completion, tuple(starts), finishes)
+
+    def _prepared(self, k: int, idx: np.ndarray, arr_all: np.ndarray, stop_early: bool):
+        """The stage's requests in arrival order as lists, cached while their arrivals do not change
+        (the first stage's never do across the probes of a search)."""
+        cached = self._cache.get((k, stop_early))
+        if cached is not None and np.array_equal(cached[0], arr_all):
+            return cached[1]
+        w = self.w
+        order = np.argsort(arr_all, kind="stable")
+        sel = idx[order]
+        arr_s = arr_all[order]
+        srv_s = w.times[sel, k]
+        lim_s = self.limits[w.batch[sel]]
+        cut = [_INF] * len(sel)
+        if stop_early:
+            # a start later than `cut` fails: past the batch's limit once its own later stages run, or
+            # (timeout-aware) a wait, beyond what no pool avoids, after which LT > limit
+            late = lim_s - srv_s - self.rest_after[k][sel] + 1e-9
+            if self.timeout_aware:
+                late = np.minimum(late, np.maximum(np.maximum(arr_s, self.floor), lim_s - float(self.lt[k])))
+            cut = late.tolist()
+        grp = self.rank[w.batch[sel]].tolist() if self.scheduler == "ebf" else []
+        prepared = (order, sel, arr_s.tolist() + [_INF], srv_s.tolist(), grp, cut, lim_s)
+        self._cache[(k, stop_early)] = (arr_all.copy(), prepared)
+        return prepared
+
+    def _stage(self, k: int, n_workers: int, ready: np.ndarray, stop_early: bool, starts) -> bool:
+        """Advance `ready` through stage k in place; False on a violation."""
+        w = self.w
+        run_mask = self.running_at[k]
+        run_finish = w.now + w.times[run_mask, k]
+        ready[run_mask] = run_finish
+        if starts is not None:
+            starts[k][run_mask] = w.now
+        idx = self.queued_idx[k]
+        ok = True
+        if len(idx):
+            free = slots(w, k, n_workers, run_finish)
+            arr_all = ready[idx]
+            order, sel, arr, srv, grp, cut, lim_s = self._prepared(k, idx, arr_all, stop_early)
+            lt = float(self.lt[k])
+            if not free:
+                fin = [_INF] * len(srv)
+                bad = 0
+            elif self.scheduler == "fcfs":
+                fin, bad = _sweep_fcfs(arr, srv, free, cut)
+            else:
+                fin, bad = _sweep_ebf(arr, srv, grp, self.groups, free, cut)
+            if bad >= 0 and stop_early:
+                return False
+            fin_a = np.asarray(fin)
+            st = fin_a - w.times[sel, k]
+            if self.timeout_aware and not stop_early:
+                arr_a = arr_all[order]
+                waited = (st > arr_a + 1e-9) & (st > self.floor + 1e-9) & (st + lt > lim_s)
+                ok = not waited.any()
+            ready[sel] = fin_a
+            if starts is not None:
+                starts[k][sel] = st
+        if stop_early and len(idx) == 0 and run_mask.any():
+            # running requests alone: past their batch's limit once their later stages run
+            late = ready[run_mask] + self.rest_after[k][run_mask] > self.limits[w.batch[run_mask]] + 1e-9
+            if late.any():
+                return False
+        return ok
+
+
+def simulate(w: Workload, workers, *, scheduler: str = "ebf", delay_s: float = 0.0, timeout_aware: bool = True,
+             stop_early: bool = True, detail: bool = False) -> SimResult:
+    """One SIMULATE(Num, R, S, D) call: `ok` when every batch completes within T + D (and, timeout-aware,
+    no request waits where running to its timeouts would break that)."""
+    return Simulator(w, scheduler=scheduler, delay_s=delay_s, timeout_aware=timeout_aware).run(
+        workers, stop_early=stop_early, detail=detail)
+
+
+def peak_busy(starts: np.ndarray, finishes: np.ndarray, lo: float = -_INF, hi: float = _INF) -> int:
+    """Most workers busy at once over [lo, hi] (a worker freed at t can start another request at t)."""
+    mask = ~np.isnan(starts) & (finishes > lo) & (starts <= hi)
+    s, f = starts[mask], finishes[mask]
+    if not len(s):
+        return 0
+    times = np.concatenate([np.maximum(s, lo), f])
+    delta = np.concatenate([np.ones(len(s), dtype=np.int64), -np.ones(len(f), dtype=np.int64)])
+    order = np.lexsort((delta, times))
+    return int(np.cumsum(delta[order]).max())

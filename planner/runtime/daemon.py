@@ -1,0 +1,319 @@
+"""The planner daemon: at every decision epoch, the live farm -> the policy -> worker pools and EBF keys.
+
+A thin shell around the pure policy (`decide(snapshot, knobs, rng)`): it wakes when a batch opens (the
+trainer's hint, so workers start during rollout) or completes, and on a periodic tick (`knobs.tick_s`)
+as a safety net for a lost message; reads the knobs afresh every time (so `farm knobs` takes effect at
+the next decision); clamps each stage to its min/max workers; retires idle workers first through the
+backend; writes each batch's estimated completion time where EBF reads it; and records the decision.
+
+It keeps no state a restart would need: pools are what the backend lists, batches what the farm shows,
+so after a `kill -9` a new daemon reconciles the backend and carries on with the workers that run.
+
+The first batch of a task has no history to estimate its requests from. It borrows the other tasks'
+history of its pipeline (the live view puts it in the snapshot, the policy pools it). A batch whose
+pipeline has no history at all is *cold*; the documented safe default is then the policy's own
+(planner.policy.estimate: every arrived request is taken to run to its stages' timeouts, plus a spare worker
+per stage for the next arrival), at the same epochs as `farm eval` replays, so the evaluation predicts
+what the daemon does. An operator may add a floor (`cold_workers`, `farm planner --cold-workers`):
+that many workers per stage (within `max_workers` and the batch size) while a cold batch is active.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from farm.knobs import Knobs
+from planner.runtime.pools import Changes, PoolWorker, clamp, plan
+
+log = logging.getLogger("farm.planner")
+
+
+# ------------------------------------------------------------------------------------------- interfaces
+
+
+class Backend(Protocol):
+    """What the daemon needs of a backend (`planner.backends.Backend`)."""
+
+    def list(self, stage: str | None = None) -> Sequence[Any]: ...  # Workers: .name .stage .spawned_at .alive
+
+    def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> Sequence[Any]: ...
+
+    def retire(self, names: Iterable[str]) -> Sequence[Any]: ...
+
+    def reconcile(self) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class PipelineView:
+    """One pipeline of the live farm as the policy needs it, plus what applying a decision needs."""
+
+    pipeline: str
+    stages: tuple[str, ...]  # stage queues "<pipeline>.<stage>", in pipeline order
+    snapshot: Any  # the policy's Snapshot
+    batch_sizes: Mapping[str, int] = field(default_factory=dict)  # active batch id -> B
+    cold: tuple[str, ...] = ()  # active batches with no history anywhere in their pipeline
+    busy: Mapping[str, float] = field(default_factory=dict)  # worker name -> when its request started
+
+
+class LiveView(Protocol):
+    def read(self, now: float, knobs: Knobs, workers: Sequence[Any]) -> Sequence[PipelineView]:
+        """One view per pipeline to decide for; `workers` are the backend's (the pools)."""
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """What the store keeps of one decision (the `decisions` table's columns)."""
+
+    at: float
+    reason: str
+    policy: str
+    workers: Mapping[str, int]  # applied target, by stage queue
+    runtime_s: float  # the policy's own time
+    estimates: Mapping[str, float]  # batch id -> estimated completion time T
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+DecideFn = Callable[[Any, Knobs, random.Random], Any]
+
+
+# ------------------------------------------------------------------------------------------- decisions
+
+
+def decision_workers(decision: Any, stages: Sequence[str]) -> dict[str, int]:
+    """The policy's workers per stage queue (`planner.policy.snapshot.Decision.workers`), every stage present."""
+    missing = [q for q in stages if q not in decision.workers]
+    if missing:
+        raise ValueError(f"the decision names no workers for stage {', '.join(missing)}: {dict(decision.workers)}")
+    return {q: int(decision.workers[q]) for q in stages}
+
+
+def decision_estimates(decision: Any) -> dict[str, float]:
+    """Each batch's estimated completion time T, the finite ones (the EBF keys to write)."""
+    return {str(b): float(t) for b, t in decision.estimates.items() if t is not None and math.isfinite(t)}
+
+
+def cold_floor(view: PipelineView, knobs: Knobs, cold_workers: int) -> dict[str, int]:
+    """The operator's floor for cold batches: `cold_workers` per stage, within max_workers and the batch size."""
+    if not view.cold or cold_workers <= 0:
+        return {}
+    size = max(view.batch_sizes.get(b, 1) for b in view.cold)
+    return {q: min(cold_workers, size, knobs.stage(q).max_workers) for q in view.stages}
+
+
+def _pool(workers: Sequence[Any], busy: Mapping[str, float]) -> list[PoolWorker]:
+    # Busy is judged by the farm's leases (a running request names its worker), not by the backend:
+    # a worker the farm has not seen yet holds no lease, so it is idle (it is still starting).
+    return [
+        PoolWorker(
+            name=w.name,
+            stage=w.stage,
+            started_at=float(w.spawned_at),
+            busy_since=busy.get(w.name),
+            retiring=not w.alive,  # stopping: finishing its request, no longer part of the pool
+        )
+        for w in workers
+    ]
+
+
+# ------------------------------------------------------------------------------------------- the daemon
+
+
+class Daemon:
+    def __init__(
+        self,
+        *,
+        view: LiveView,
+        backend: Backend,
+        decide: DecideFn,
+        knobs: Callable[[], Knobs],
+        set_estimate: Callable[[str, float], Any],
+        record: Callable[[DecisionRecord], Any],
+        clock: Callable[[], float] = time.time,
+        seed: int = 0,
+        cold_workers: int = 0,
+        on_step: Callable[[list[DecisionRecord]], Any] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.view, self.backend, self.decide = view, backend, decide
+        self.knobs, self.set_estimate, self.record, self.clock = knobs, set_estimate, record, clock
+        self.rng = random.Random(seed)
+        self.decisions = 0
+        self.cold_workers = cold_workers
+        self.on_step = on_step  # after every epoch, decided or not (the service's liveness heartbeat)
+        self.monotonic = monotonic
+        self.instance = uuid.uuid4().hex[:6]
+        self._recorded: dict[str, dict[str, int]] = {}  # per pipeline, the pools of its last recorded decision
+
+    def start(self) -> Any:
+        """Adopt what runs (no orphans, no duplicates) before the first decision."""
+        return self.backend.reconcile()
+
+    def step(self, reason: str) -> list[DecisionRecord]:
+        """One decision epoch over every pipeline the farm shows; returns what was recorded."""
+        knobs = self.knobs()
+        now = self.clock()
+        workers = list(self.backend.list())
+        views = self.view.read(now, knobs, workers)
+        records = []
+        for view in views:
+            try:
+                records.append(self._decide_pipeline(view, knobs, workers, now, reason))
+            except Exception:  # one pipeline's failure must not starve the others
+                log.exception("decision for pipeline %s failed", view.pipeline)
+        self.decisions += 1
+        if self.on_step is not None:
+            try:
+                self.on_step(records)
+            except Exception:
+                log.warning("after-epoch hook failed", exc_info=True)
+        return records
+
+    def _decide_pipeline(self, view: PipelineView, knobs: Knobs, workers: list[Any], now: float, reason: str):
+        started = time.perf_counter()
+        decision = self.decide(view.snapshot, knobs, self.rng)
+        runtime = time.perf_counter() - started
+        target = decision_workers(decision, view.stages)
+        floor = cold_floor(view, knobs, self.cold_workers)
+        target = {q: max(n, floor.get(q, 0)) for q, n in target.items()}
+        bounds = {q: (knobs.stage(q).min_workers, knobs.stage(q).max_workers) for q in view.stages}
+        target = clamp(target, bounds)
+        changes = plan(_pool([w for w in workers if w.stage in target], view.busy), target)
+        self._apply(changes)
+        estimates = decision_estimates(decision)
+        for batch_id, t in estimates.items():
+            try:
+                self.set_estimate(batch_id, t)
+            except Exception:  # a batch that completed meanwhile has no key any more
+                log.warning("could not set the estimate of batch %s", batch_id, exc_info=True)
+        record = DecisionRecord(
+            at=now,
+            reason=reason,
+            policy=knobs.policy,
+            workers=target,
+            runtime_s=runtime,
+            estimates=estimates,
+            details={
+                "pipeline": view.pipeline,
+                "policy_reason": str(getattr(decision, "reason", "")),
+                "spawned": dict(changes.spawn),
+                "retired": [w.name for w in changes.retire],
+                "cold": list(view.cold),
+                "scheduler": knobs.scheduler,
+                "delay_s": knobs.delay_s,
+            },
+        )
+        # an idle farm ticks every second: a tick with no batch that leaves the pools as recorded says nothing new
+        quiet = reason == "tick" and not estimates and not changes.spawn and not changes.retire
+        if quiet and self._recorded.get(view.pipeline) == target:
+            return record
+        self.record(record)
+        self._recorded[view.pipeline] = target
+        log.info("%s %s: workers %s (%.3f s) %s", reason, view.pipeline, target, runtime, record.details["policy_reason"])
+        return record
+
+    def _apply(self, changes: Changes) -> None:
+        # Retire first: a retirement frees its slot at once, a spawn takes seconds to start.
+        if changes.retire:
+            try:
+                self.backend.retire([w.name for w in changes.retire])
+            except Exception:
+                log.exception("retiring workers %s failed", [w.name for w in changes.retire])
+        for stage, count in changes.spawn.items():
+            # A request id per (daemon, decision): a retried call starts nothing twice (names add the stage).
+            request_id = f"p{self.instance}-{self.decisions}"
+            try:
+                self.backend.spawn(stage, count, request_id=request_id)
+            except Exception:
+                log.exception("spawning %d workers of %s failed", count, stage)
+
+    def serve(self, wake: "Wakeup", stop: threading.Event) -> None:
+        """Decide at start, at every epoch message and at every tick, until `stop` is set.
+
+        Ticks keep their own grid (every `tick_s` from the start, as `farm eval` replays them): an epoch
+        message in between does not move the next tick. A new `tick_s` in the knobs takes effect at
+        once: the next tick comes `tick_s` after the last one (a replay shortens the tick when it starts,
+        and should not wait out the long one the daemon started with)."""
+        self.start()
+        self.step("start")
+        tick = self.knobs().tick_s
+        next_tick = self.monotonic() + tick
+        while not stop.is_set():
+            reason = wake.wait(max(0.0, min(next_tick - self.monotonic(), 1.0)))
+            now_tick = self._tick_s(tick)
+            if now_tick != tick:
+                next_tick, tick = next_tick - tick + now_tick, now_tick
+            if reason is None:
+                if self.monotonic() < next_tick:
+                    continue  # wake at least every second to notice `stop`
+                reason = "tick"
+                while next_tick <= self.monotonic():
+                    next_tick += tick  # ticks missed while deciding are not made up
+            try:
+                self.step(reason)
+            except Exception:  # the farm keeps serving with the workers it has; try again next epoch
+                log.exception("decision epoch failed")
+
+    def _tick_s(self, current: float) -> float:
+        try:
+            tick = self.knobs().tick_s
+        except Exception:  # the knobs unreadable for a moment: keep the grid we have
+            log.warning("could not read the knobs' tick_s; keeping %g s", current, exc_info=True)
+            return current
+        return tick if tick > 0 else current
+
+
+# ------------------------------------------------------------------------------------------- wake-ups
+
+
+class Wakeup(Protocol):
+    def wait(self, timeout: float) -> str | None:
+        """The reason of the next epoch ("opened", "completed"), or None after `timeout` seconds."""
+
+
+def epochs_channel(namespace: str) -> str:
+    return f"{namespace}:epochs"
+
+
+class RedisEpochs:
+    """Epoch messages from the farm's pub/sub channel; a burst of them makes one decision."""
+
+    COALESCE_S = 0.02  # messages this close together (a trainer opening several batches) are one epoch
+
+    def __init__(self, client: Any, namespace: str) -> None:
+        self._json = json
+        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.subscribe(epochs_channel(namespace))
+
+    def _kind(self, message: Mapping[str, Any] | None) -> str | None:
+        if not message or message.get("type") != "message":
+            return None
+        data = message.get("data")
+        try:
+            kind = self._json.loads(data).get("kind")
+        except (ValueError, TypeError, AttributeError):
+            kind = None
+        return str(kind) if kind else "epoch"
+
+    def wait(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        kind = None
+        while kind is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            kind = self._kind(self.pubsub.get_message(timeout=left))
+        kinds = {kind}
+        while (more := self._kind(self.pubsub.get_message(timeout=self.COALESCE_S))) is not None:
+            kinds.add(more)
+        return "opened" if "opened" in kinds else sorted(kinds)[0]
+
+    def close(self) -> None:
+        self.pubsub.close()

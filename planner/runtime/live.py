@@ -1,0 +1,293 @@
+"""The live farm as the policy sees it: a `planner.policy.snapshot.Snapshot` per pipeline, from Redis and the store.
+
+Per pipeline: its stages (with the knobs' costs and timeouts) and pools, each active batch (start, size,
+EBF key, every arrived request with its arrival offset and where it is now: queued at a stage since
+when, running there since when, or done), and per task the previous completed batch as an (n, 1+M)
+array. History changes only when a batch completes, so it is cached per task and re-read only for a
+task one of whose batches left the active set since the last read (until the recorder has written it).
+A task with no history borrows the other tasks' of its pipeline (the policy pools them); a batch whose
+whole pipeline has none is *cold*, and the policy's documented cold default serves it (planner.policy.estimate).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+from sqlalchemy import select
+
+from farm import registry
+from farm.knobs import Knobs
+from farm.protocol.keys import Keys
+from farm.protocol.live import inspect
+from farm.store import queries
+from farm.store.models import Batch, Task, Worker
+from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
+from planner.runtime.daemon import PipelineView
+
+log = logging.getLogger("farm.planner")
+
+
+def stage_states(pipeline: Any, knobs: Knobs, pools: Mapping[str, tuple[int, int]]) -> tuple[StageState, ...]:
+    """The pipeline's stages with the operator's cost and timeout overrides and the pools (workers, starting)."""
+    out = []
+    for s in pipeline.stages:
+        workers, starting = pools.get(s.queue, (0, 0))
+        out.append(StageState(s.name, s.resource, knobs.cost_of(s), knobs.timeout_of(s), s.queue,
+                              workers, min(starting, workers)))
+    return tuple(out)
+
+
+def _arrival(state: Mapping[str, Any]) -> float | None:
+    # A request enters its first stage's queue on arrival: the first stage record's queue time is the
+    # arrival; before any stage finished, the state's queue-arrival time ("qa") is.
+    records = state.get("r") or []
+    if records and isinstance(records[0], Mapping) and records[0].get("queued_at") is not None:
+        return float(records[0]["queued_at"])
+    qa = state.get("qa")
+    return float(qa) if qa is not None else None
+
+
+def _next_stage(state: Mapping[str, Any], names: Sequence[str]) -> int | None:
+    done = {r.get("name") for r in state.get("r") or [] if isinstance(r, Mapping)}
+    for name in state.get("st") or []:
+        if name not in done and name in names:
+            return names.index(name)
+    return None
+
+
+def active_batch(
+    progress: Any,
+    names: Sequence[str],
+    states: Mapping[str, str],
+    results: Mapping[str, str],
+    pending: Mapping[str, tuple[int, float]],
+    running: Mapping[str, tuple[int, float]],
+) -> ActiveBatch:
+    """One active batch with every arrived request and where it is now.
+
+    `states`: request id -> its state JSON (the batch's `:req` hash); `results`: id -> result JSON
+    (`:res`); `pending`: id -> (stage index, queued at); `running`: id -> (stage index, started at).
+    """
+    rows = []
+    for rid, raw in states.items():
+        try:
+            state = json.loads(raw)
+        except (TypeError, ValueError):
+            log.warning("batch %s: request %s has an unreadable state", progress.batch_id, rid)
+            continue
+        arrived = _arrival(state)
+        if arrived is None:
+            continue
+        offset = max(0.0, arrived - progress.opened_at)
+        if rid in running:
+            j, since = running[rid]
+            rows.append((offset, j, RUNNING, since, rid))
+        elif rid in pending:
+            j, since = pending[rid]
+            rows.append((offset, j, QUEUED, since, rid))
+        elif rid in results or _next_stage(state, names) is None:
+            finished = arrived
+            try:
+                finished = float(json.loads(results[rid]).get("finished_at") or arrived)
+            except (KeyError, TypeError, ValueError):
+                pass
+            rows.append((offset, 0, DONE, finished, rid))
+        else:
+            # Neither queued, running nor done (a lapsed lease not yet reclaimed): the worst case for the
+            # pool is that it is queued at its next stage since it last moved.
+            rows.append((offset, _next_stage(state, names), QUEUED, float(state.get("qa") or arrived), rid))
+    rows.sort(key=lambda r: (r[0], r[4]))
+    key = float(progress.key) if progress.key is not None else math.nan
+    return ActiveBatch(
+        id=progress.batch_id, task=progress.task, start_s=float(progress.opened_at), size=int(progress.size),
+        key=key,
+        arrival=[r[0] for r in rows], stage=[r[1] for r in rows], state=[r[2] for r in rows],
+        since=[r[3] for r in rows],
+    )
+
+
+class HistoryCache:
+    """One pipeline's history: each task's previous completed batch, re-read only after its batch completes.
+
+    `load(task, queues)` returns the task's latest completed batch (with `.id` and `.requests`) or None;
+    `latest(queues, exclude)` the latest completed batch of any other task of the pipeline, or None.
+    """
+
+    def __init__(self, load: Callable[[str, Sequence[str]], Any],
+                 latest: Callable[[Sequence[str], str], Any] | None = None) -> None:
+        self.load, self.latest = load, latest
+        self.cache: dict[str, tuple[str | None, np.ndarray | None]] = {}
+        self.dirty: set[str] = set()
+        self.active: dict[str, str] = {}  # batch id -> task, as of the last read
+        self.loads = 0
+
+    def observe(self, batches: Iterable[ActiveBatch]) -> None:
+        """Tasks whose batch left the active set since the last read have new history to read."""
+        now_active = {b.id: b.task for b in batches}
+        self.dirty.update(task for bid, task in self.active.items() if bid not in now_active)
+        self.active = now_active
+
+    def get(self, task: str, queues: Sequence[str]) -> np.ndarray | None:
+        if task not in self.cache or task in self.dirty:
+            previous = self.cache.get(task, (None, None))[0]
+            found = self.load(task, queues)
+            self.loads += 1
+            self.cache[task] = (found.id, found.requests) if found is not None else (None, None)
+            # Until the recorder has written the batch that just completed, keep asking (one query).
+            if found is not None and (found.id != previous or task not in self.dirty):
+                self.dirty.discard(task)
+        return self.cache[task][1]
+
+    def others(self, task: str, queues: Sequence[str]) -> dict[str, np.ndarray]:
+        """History for a task that has none: the cached batches of the pipeline's other tasks, else the
+        latest completed batch of any other task of the pipeline from the store (after a restart)."""
+        found = {t: h for t, (_, h) in self.cache.items() if t != task and h is not None and len(h)}
+        if not found and self.latest is not None:
+            latest = self.latest(queues, task)
+            if latest is not None and len(latest.requests):
+                self.cache.setdefault(latest.task, (latest.id, latest.requests))
+                found[latest.task] = latest.requests
+        return found
+
+
+def snapshot(now: float, pipeline: Any, knobs: Knobs, pools: Mapping[str, tuple[int, int]],
+             batches: Sequence[ActiveBatch], history: HistoryCache, startup_s: float = 0.0
+             ) -> tuple[Snapshot, tuple[str, ...]]:
+    """The policy's snapshot of one pipeline, and the ids of its cold batches (no history anywhere).
+
+    A task without history of its own gets none in the snapshot; the snapshot then carries the other
+    tasks' histories of the pipeline, which the policy pools for it (planner.policy.estimate).
+    """
+    stages = stage_states(pipeline, knobs, pools)
+    queues = [s.queue for s in stages]
+    history.observe(batches)
+    hist: dict[str, np.ndarray] = {}
+    for task in sorted({b.task for b in batches}):
+        found = history.get(task, queues)
+        if found is not None and len(found):
+            hist[task] = found
+    for task in sorted({b.task for b in batches} - set(hist)):
+        for other, h in history.others(task, queues).items():
+            hist.setdefault(other, h)
+    cold = tuple(b.id for b in batches if not hist)
+    return Snapshot(now=now, pipeline=pipeline.name, stages=stages, batches=tuple(batches), history=hist,
+                    startup_s=startup_s), cold
+
+
+# ------------------------------------------------------------------------------------------- Redis + store
+
+
+class LiveFarm:
+    """Reads the live farm (farm.protocol.live.inspect plus each active batch's request states) and the store."""
+
+    def __init__(self, settings: Any, redis: Any, engine: Any, *, startup_s: float = 0.0,
+                 pipelines: Sequence[str] | None = None) -> None:
+        self.settings, self.redis, self.engine = settings, redis, engine
+        self.startup_s = startup_s
+        self.only = tuple(pipelines) if pipelines else None
+        self.histories: dict[str, HistoryCache] = {}
+        self._startup: tuple[float, float] | None = None  # (read at, observed start-up)
+
+    def startup(self, now: float) -> float:
+        """The start-up the policy plans with: the configured one, or what the workers' lives in the
+        store show when that is longer (a loaded machine starts workers slower; plan for the worse)."""
+        if self._startup is None or now - self._startup[0] > (STARTUP_REFRESH_S if self._startup[1] else STARTUP_RETRY_S):
+            try:
+                observed = observed_startup(self.engine, since=now - STARTUP_WINDOW_S)
+            except Exception:
+                log.warning("could not read worker start-up times from the store", exc_info=True)
+                observed = None
+            self._startup = (now, observed or 0.0)
+        return max(self.startup_s, self._startup[1])
+
+    def _history(self, pipeline: str) -> HistoryCache:
+        if pipeline not in self.histories:
+            def load(task: str, queues: Sequence[str]):
+                return queries.previous_batch(self.engine, task, stages=queues)
+
+            def latest(queues: Sequence[str], exclude: str):
+                return latest_of_pipeline(self.engine, pipeline, queues, exclude)
+
+            self.histories[pipeline] = HistoryCache(load, latest)
+        return self.histories[pipeline]
+
+    def read(self, now: float, knobs: Knobs, workers: Sequence[Any]) -> list[PipelineView]:
+        live = inspect(self.redis, self.settings, now=now)
+        keys = Keys(self.settings.namespace)
+        names = {q.partition(".")[0] for q in live.stages} | {b.pipeline for b in live.batches}
+        names |= {w.stage.partition(".")[0] for w in workers}
+        names |= {q.partition(".")[0] for q, k in knobs.stages.items() if k.min_workers > 0}
+        if self.only is not None:
+            names &= set(self.only)
+        pools: dict[str, tuple[int, int]] = {}
+        for w in workers:
+            if not w.alive:
+                continue
+            n, starting = pools.get(w.stage, (0, 0))
+            pools[w.stage] = (n + 1, starting + (getattr(w.state, "value", w.state) == "starting"))
+        views = []
+        for name in sorted(names):
+            try:
+                pipeline = registry.get(name)
+            except Exception as exc:
+                log.warning("skipping pipeline %s: %s", name, exc)
+                continue
+            stage_names = [s.name for s in pipeline.stages]
+            index = {s.queue: j for j, s in enumerate(pipeline.stages)}
+            pending: dict[str, dict[str, tuple[int, float]]] = {}  # batch -> request -> (stage, queued at)
+            running: dict[str, dict[str, tuple[int, float]]] = {}  # batch -> request -> (stage, started at)
+            busy: dict[str, float] = {}
+            for q, st in live.stages.items():
+                if q not in index:
+                    continue
+                for p in st.pending:
+                    pending.setdefault(p.batch, {})[p.id] = (index[q], p.enqueued_at)
+                for r in st.running:
+                    running.setdefault(r.batch, {})[r.id] = (index[q], r.started_at)
+                    busy[r.worker] = r.started_at
+            progress = [b for b in live.batches if b.pipeline == name and b.state == "open"]
+            pipe = self.redis.pipeline(transaction=False)
+            for b in progress:
+                pipe.hgetall(keys.batch(b.batch_id, ":req"))
+                pipe.hgetall(keys.batch(b.batch_id, ":res"))
+            raw = pipe.execute() if progress else []
+            batches = []
+            for i, b in enumerate(progress):
+                states, results = raw[2 * i], raw[2 * i + 1]
+                batches.append(active_batch(b, stage_names, states, results,
+                                            pending.get(b.batch_id, {}), running.get(b.batch_id, {})))
+            snap, cold = snapshot(now, pipeline, knobs, pools, batches, self._history(name), self.startup(now))
+            views.append(PipelineView(name, tuple(pipeline.queues), snap,
+                                      {b.id: b.size for b in batches}, cold, busy))
+        return views
+
+
+STARTUP_WINDOW_S = 600.0  # start-ups of the workers spawned this recently
+STARTUP_REFRESH_S = 5.0  # re-read the observed start-up this often (a query over recent worker lives)
+STARTUP_RETRY_S = 1.0  # ... and this often while too few workers have been seen starting
+STARTUP_MIN_SAMPLES = 3
+
+
+def observed_startup(engine: Any, since: float) -> float | None:
+    """Median seconds from spawn to ready of the workers spawned since `since` (None with too few)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(Worker.spawned_at, Worker.ready_at).where(
+            Worker.spawned_at >= since, Worker.ready_at.is_not(None))).all()
+    delays = [r.ready_at - r.spawned_at for r in rows if r.ready_at >= r.spawned_at]
+    return float(np.median(delays)) if len(delays) >= STARTUP_MIN_SAMPLES else None
+
+
+def latest_of_pipeline(engine: Any, pipeline: str, queues: Sequence[str], exclude: str) -> Any:
+    """The latest completed batch of any task of `pipeline` other than `exclude`, or None."""
+    with engine.connect() as conn:
+        task = conn.execute(
+            select(Batch.task).join(Task, Task.name == Batch.task)
+            .where(Task.pipeline == pipeline, Batch.task != exclude, Batch.completed_at.is_not(None),
+                   Batch.cancelled_at.is_(None))
+            .order_by(Batch.completed_at.desc()).limit(1)
+        ).scalar()
+    return queries.previous_batch(engine, task, stages=queues) if task else None

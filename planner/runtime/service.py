@@ -1,0 +1,121 @@
+"""Wiring the planner daemon to a real farm: Redis (live state, EBF keys, epochs, knobs), the history
+store (history, decisions) and a backend. `farm planner` and the embedded farm call `run`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import redis as redis_lib
+
+from farm import registry
+from farm.config import Settings, redis_url
+from farm.knobs import Knobs, from_json, redis_key
+from farm.protocol.dispatch import Dispatch
+from farm.store.decisions import record_decision
+from farm.store.engine import open_store
+from farm.store.knob_store import KnobStore
+from planner.backends import create
+from planner.policy.decide import decide
+from planner.runtime.daemon import Daemon, DecisionRecord, RedisEpochs
+from planner.runtime.live import LiveFarm
+
+log = logging.getLogger("farm.planner")
+
+# How long a new worker takes to take requests, per backend, until the workers' own lives show it
+# (planner.runtime.live reads the observed median and plans with the longer of the two); the policy starts
+# workers this much ahead of need. local: a worker forked by the launcher is ready in 0.2-0.6 s on an
+# idle 2-core machine, a burst of 24 in 1.5-2.5 s (bench/fidelity.py's runs); docker: a container start.
+STARTUP_S = {"local": 1.0, "docker": 5.0, "fake": 0.0}
+
+
+def heartbeat_key(namespace: str) -> str:
+    """Where a running daemon says it is alive after every epoch (JSON: pid, at, backend), expiring after 3 ticks."""
+    return f"{namespace}:planner"
+
+
+def planner_alive(redis: Any, namespace: str) -> dict[str, Any] | None:
+    """The heartbeat of the daemon serving this namespace, or None when none runs."""
+    raw = redis.get(heartbeat_key(namespace))
+    return json.loads(raw) if raw else None
+
+
+@dataclass
+class Planner:
+    """A daemon with its connections; `close()` releases them and leaves the workers running."""
+
+    daemon: Daemon
+    settings: Settings
+    redis: Any
+    engine: Any
+    backend: Any
+
+    def close(self) -> None:
+        for closer in (self.backend.close, self.redis.close, self.engine.dispose):
+            try:
+                closer()
+            except Exception:
+                log.warning("closing %s failed", closer, exc_info=True)
+
+
+def build(settings: Settings, *, backend: str | Any = "local", database_url: str | None = None,
+          pipelines: Sequence[str] | None = None, startup_s: float | None = None, seed: int = 0,
+          cold_workers: int = 0, backend_options: dict[str, Any] | None = None) -> Planner:
+    client = redis_lib.Redis.from_url(redis_url(settings), decode_responses=True)
+    engine = open_store(settings, url=database_url)
+    if client.get(redis_key(settings.namespace)) is None:
+        KnobStore(engine, client, settings.namespace).publish()  # workers and the daemon read the live copy
+
+    def knobs() -> Knobs:
+        return from_json(client.get(redis_key(settings.namespace)))
+
+    def timeout_for(stage: str) -> float:
+        return registry.stage_timeout(stage, knobs())
+
+    if isinstance(backend, str):
+        kind = backend
+        backend = create(backend, settings, timeout_for=timeout_for, **(backend_options or {}))
+    else:
+        kind = getattr(backend, "kind", "custom")
+    dispatch = Dispatch(settings, client)
+
+    def record(r: DecisionRecord) -> None:
+        record_decision(engine, at=r.at, reason=r.reason, policy=r.policy, workers=r.workers,
+                        runtime_s=r.runtime_s, estimates=r.estimates, details=dict(r.details))
+
+    heartbeat = heartbeat_key(settings.namespace)
+
+    def on_step(records: list[DecisionRecord]) -> None:
+        tick = knobs().tick_s
+        client.set(heartbeat, json.dumps({"pid": os.getpid(), "at": time.time(), "backend": kind,
+                                          "decisions": len(records)}), px=int(max(3 * tick, 5.0) * 1000))
+
+    view = LiveFarm(settings, client, engine, pipelines=pipelines,
+                    startup_s=STARTUP_S.get(kind, 2.0) if startup_s is None else startup_s)
+    daemon = Daemon(view=view, backend=backend, decide=decide, knobs=knobs,
+                    set_estimate=dispatch.set_estimate, record=record, seed=seed, cold_workers=cold_workers,
+                    on_step=on_step)
+    return Planner(daemon, settings, client, engine, backend)
+
+
+def run(planner: Planner, stop: threading.Event | None = None, *, once: bool = False) -> None:
+    """Serve until SIGTERM/SIGINT (or `stop`); with `once`, reconcile, decide once and return."""
+    stop = stop or threading.Event()
+    if once:
+        planner.daemon.start()
+        planner.daemon.step("once")
+        return
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    wake = RedisEpochs(planner.redis, planner.settings.namespace)
+    try:
+        planner.daemon.serve(wake, stop)
+    finally:
+        wake.close()

@@ -1,0 +1,94 @@
+"""A stage worker process: one Celery worker serving one stage's queue, one request at a time.
+
+`farm worker` runs it, and so does the local backend's launcher in each process it forks, so both start
+exactly the same worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import socket
+
+import billiard.pool
+from celery.utils.log import mlevel
+
+from farm import registry
+from farm.celery_app import make_app
+from farm.config import from_env
+from farm.pipeline import UnknownPipeline
+from workers.stage import register
+
+_NAME = re.compile(r"^[A-Za-z0-9_.@:-]{1,128}$")
+# How long a pool process that is leaving waits for the main process to take its last result.
+RESULT_WAIT_S = 2.0
+
+
+class WorkerArgumentError(ValueError):
+    """A worker asked for with a bad argument; `option` names the `farm worker` option at fault."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def serve(stage_queue: str, name: str | None = None, *, loglevel: str = "INFO", events: bool = True,
+          imports: tuple[str, ...] = ()) -> int:
+    """Run the worker until it is shut down; its exit code. Bad arguments raise WorkerArgumentError.
+
+    `farm worker` calls it, and so does the local backend's launcher in a process it forks."""
+    for module in imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise WorkerArgumentError("--import", f"cannot import {module!r}: {exc}") from exc
+    try:
+        registry.stage_by_queue(stage_queue)
+    except UnknownPipeline as exc:
+        raise WorkerArgumentError("--stage", str(exc)) from exc
+    host = socket.gethostname()
+    name = name or f"{stage_queue}-{os.getpid()}@{host}"
+    if not _NAME.match(name):
+        raise WorkerArgumentError("--name", f"{name!r}: use 1-128 letters, digits or '_.@:-'")
+    level = log_level(loglevel)
+    settings = from_env()
+    app = make_app(settings, send_events=events)
+    register(app, settings, stage_queue, name)
+    return run_worker(app, settings.queue(stage_queue), name if "@" in name else f"{name}@{host}", level, events)
+
+
+def log_level(loglevel: str) -> int:
+    try:
+        return mlevel(loglevel.upper())
+    except (KeyError, ValueError, AttributeError) as exc:
+        raise WorkerArgumentError("--loglevel", f"{loglevel!r} is not a log level "
+                                  "(DEBUG, INFO, WARNING, ERROR, CRITICAL)") from exc
+
+
+def run_worker(app, queue: str, hostname: str, loglevel: int, events: bool) -> int:
+    """Celery's worker, built directly rather than through `celery worker`'s command line
+    (`app.worker_main`): that path imports every Celery CLI plugin (flower's, click-repl, prompt-toolkit,
+    pygments), about half of a worker's start-up CPU, which a burst of new workers on a small machine
+    pays many times over. The options are those `celery worker` would be given:
+    `--pool=prefork --concurrency=1 --prefetch-multiplier=1 --without-gossip --without-mingle -Q queue`
+    (and `--task-events` with events, which Flower needs; the worker heartbeat stays, Flower's liveness).
+    Returns the worker's exit code."""
+    _bound_result_wait()
+    worker = app.Worker(hostname=hostname, pool_cls="prefork", concurrency=1, prefetch_multiplier=1,
+                        without_gossip=True, without_mingle=True, queues=[queue], loglevel=loglevel,
+                        task_events=events)
+    worker.start()
+    return worker.exitcode or 0
+
+
+def _bound_result_wait() -> None:
+    """Bound billiard's wait, at a pool process's exit, for the main process to have read its results.
+
+    billiard waits up to 30 s (300 x 0.1 s). A warm shutdown can leave it waiting that long: a token handed
+    to the pool process just as the shutdown began is dropped from the main process's books (the broker
+    gets it back) while the pool process still runs it, so nobody reads its result, and the retired
+    worker lingers 30 s for nothing. The farm needs none of these results: a request's outcome is in
+    Redis before the task returns, and the token's broker message is at worst redelivered (an empty pick)."""
+    interval = billiard.pool.GUARANTEE_MESSAGE_CONSUMPTION_RETRY_INTERVAL
+    billiard.pool.GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT = max(1, round(RESULT_WAIT_S / interval))
