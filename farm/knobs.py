@@ -104,3 +104,24 @@ def redis_key(namespace: str) -> str:
 def from_json(raw: str | bytes | None) -> Knobs:
     """The knobs from their Redis copy; the defaults when none was published yet."""
     return Knobs.from_dict(json.loads(raw)) if raw else Knobs()
+
+
+class KnobsCache:
+    """The live knobs as last read, read again once they are `max_age_s` old: workers and clients consult
+    them for every request, and a knob an operator changes takes effect within that time."""
+
+    def __init__(self, max_age_s: float = 1.0) -> None:
+        self.max_age_s = max_age_s
+        self._read: tuple[float, Knobs] | None = None
+
+    def stale(self, now: float, max_age_s: float | None = None) -> bool:
+        age = self.max_age_s if max_age_s is None else max_age_s
+        return self._read is None or now - self._read[0] > age
+
+    def update(self, raw: str | bytes | None, now: float) -> Knobs:
+        self._read = (now, from_json(raw))
+        return self._read[1]
+
+    @property
+    def knobs(self) -> Knobs:
+        return self._read[1] if self._read is not None else Knobs()

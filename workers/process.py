@@ -18,7 +18,7 @@ from farm import registry
 from farm.celery_app import make_app
 from farm.config import from_env
 from farm.pipeline import UnknownPipeline
-from workers.stage import register
+from workers.task import register
 
 _NAME = re.compile(r"^[A-Za-z0-9_.@:-]{1,128}$")
 # How long a pool process that is leaving waits for the main process to take its last result.

@@ -18,6 +18,8 @@ from farm.errors import BatchClosed, BatchConflict, BatchFull, BatchNotFound, Du
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline
 from farm.protocol.keys import stamp
+from farm.protocol.scripts import ABANDON, CANCEL, COMPLETE, HEARTBEAT, OPEN, PICK, SET_ESTIMATE, SUBMIT, SWEEP, Call
+from farm.protocol.state import RequestState
 from farm.protocol.tokens import hard_limit
 from farm.results import Result, Status
 
@@ -33,16 +35,6 @@ def canonical_json(payload: Any) -> str:
         return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from exc
-
-
-class Call:
-    """One script invocation; `args` follow the namespace and the stream cap."""
-
-    __slots__ = ("script", "args")
-
-    def __init__(self, script: str, *args: Any) -> None:
-        self.script = script
-        self.args = args
 
 
 def check_batch_id(batch_id: Any) -> str:
@@ -62,8 +54,9 @@ def open_call(task: Any, pipeline: Pipeline, size: Any, batch_id: str, group_siz
     opened = events.encode("batch_opened", batch=batch_id, task=task, pipeline=pipeline.name, size=size,
                            opened_at=now)["e"]
     epoch = json.dumps({"kind": "opened", "batch": batch_id, "task": task, "at": now})
-    return Call("open", batch_id, task, pipeline.name, str(size), stamp(now),
-                "" if group_size is None else str(group_size), ",".join(pipeline.queues), opened, epoch)
+    return OPEN.call(batch=batch_id, task=task, pipeline=pipeline.name, size=str(size), opened_at=stamp(now),
+                     group_size="" if group_size is None else str(group_size), queues=",".join(pipeline.queues),
+                     opened_event=opened, epoch_message=epoch)
 
 
 def parse_open(reply: list, batch_id: str, task: str) -> bool:
@@ -95,7 +88,7 @@ def submit_call(settings: Settings, pipeline: Pipeline, batch_id: str, request_i
         stages, status, reward, message, outcome = admission.stages, admission.status, admission.reward, admission.message, admission.outcome
     except InvalidInput as exc:
         stages, status, reward, message, outcome = (), Status.INVALID_INPUT, 0.0, str(exc), None
-    state = json.dumps({"g": group, "st": list(stages), "c": {}, "r": [], "qa": now}, separators=(",", ":"))
+    state = RequestState(group, tuple(stages), queued_at=now).encode()
     arrived = events.encode("request_arrived", batch=batch_id, request=request_id, arrived_at=now, group=group,
                             stages=list(stages))["e"]
     first = pipeline.stage(stages[0]).queue if stages else ""
@@ -105,8 +98,8 @@ def submit_call(settings: Settings, pipeline: Pipeline, batch_id: str, request_i
         res = Result(request_id, batch_id, status, reward, message, outcome=outcome, group=group, finished_at=now)
         result = json.dumps(res.to_dict(), separators=(",", ":"))
         done = request_done_event(res)
-    return Call("submit", batch_id, request_id, body, state, first, stamp(now), result, arrived, done, group or "",
-                limit)
+    return SUBMIT.call(batch=batch_id, request=request_id, payload=body, state=state, first_queue=first, at=stamp(now),
+                       result=result, arrived_event=arrived, done_event=done, group=group or "", limit=limit)
 
 
 def parse_submit(reply: list, batch_id: str, request_id: str) -> str:
@@ -130,18 +123,47 @@ def request_done_event(result: Result) -> str:
 
 
 def cancel_call(batch_id: str, now: float) -> Call:
-    return Call("cancel", batch_id, stamp(now))
+    return CANCEL.call(batch=batch_id, at=stamp(now))
 
 
 def set_estimate_call(batch_id: str, estimated_at: float) -> Call:
     if isinstance(estimated_at, bool) or not isinstance(estimated_at, (int, float)) or not math.isfinite(estimated_at):
         raise InvalidInput(f"estimated completion must be a finite time in epoch seconds, not {estimated_at!r}")
     event = events.encode("batch_deadline", batch=batch_id, estimated_at=float(estimated_at))["e"]
-    return Call("set_estimate", batch_id, stamp(estimated_at), event)
+    return SET_ESTIMATE.call(batch=batch_id, key=stamp(estimated_at), deadline_event=event)
 
 
 def sweep_call() -> Call:
-    return Call("sweep", str(RECLAIM_LIMIT), str(MAX_ATTEMPTS))
+    return SWEEP.call(reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS))
+
+
+def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: str) -> Call:
+    return PICK.call(queue=queue, mode=scheduler, worker=worker, lease_s=str(lease_s), token=token,
+                     reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS))
+
+
+def heartbeat_call(token: str, lease_s: float, batch_id: str) -> Call:
+    return HEARTBEAT.call(token=token, lease_s=str(lease_s), batch=batch_id)
+
+
+def abandon_call(worker: str, queue: str, status: Status, message: str, now: float) -> Call:
+    return ABANDON.call(worker=worker, queue=queue, at=stamp(now), status=status.value, message=message)
+
+
+def advance_call(batch_id: str, request_id: str, token: str, worker: str, queue: str, now: float, stage_event: str,
+                 next_queue: str, state: str, limit: float) -> Call:
+    """A worker hands a request on to its next stage's queue with its new `state`."""
+    return COMPLETE.call(batch=batch_id, request=request_id, token=token, worker=worker, queue=queue, at=stamp(now),
+                         stage_event=stage_event, next_queue=next_queue, state=state, result="", done_event="",
+                         limit=stamp(hard_limit(limit)))
+
+
+def finish_call(result: Result, token: str, worker: str, queue: str, stage_event: str) -> Call:
+    """A worker finishes a request at its last stage with `result`."""
+    return COMPLETE.call(batch=result.batch_id, request=result.request_id, token=token, worker=worker, queue=queue,
+                         at=stamp(result.finished_at), stage_event=stage_event, next_queue="", state="",
+                         result=json.dumps(result.to_dict(), separators=(",", ":")),
+                         done_event=request_done_event(result), limit="")
 
 
 def new_batch_id() -> str:

@@ -7,19 +7,19 @@ import time
 import redis as redis_lib
 
 from farm.config import Settings, redis_url
-from farm.knobs import Knobs, from_json
+from farm.knobs import Knobs, KnobsCache
 from farm.protocol.calls import (
-    MAX_ATTEMPTS,
-    RECLAIM_LIMIT,
-    Call,
+    abandon_call,
     cancel_call,
     check_batch_id,
+    heartbeat_call,
+    pick_call,
     set_estimate_call,
     sweep_call,
 )
-from farm.protocol.keys import Keys, stamp
+from farm.protocol.keys import Keys
 from farm.protocol.live import LiveState, Progress, inspect, parse_progress
-from farm.protocol.scripts import EVENTS_MAXLEN, SCRIPTS, lua_tokens
+from farm.protocol.scripts import SOURCES, Call, argv, lua_tokens
 from farm.results import Status
 
 
@@ -30,20 +30,19 @@ class Dispatch:
         self.settings = settings
         self.keys = Keys(settings.namespace)
         self.redis = redis or redis_lib.Redis.from_url(redis_url(settings), decode_responses=True)
-        self._scripts = {name: self.redis.register_script(src) for name, src in SCRIPTS.items()}
-        self._knobs: tuple[float, Knobs] | None = None
+        self._scripts = {name: self.redis.register_script(src) for name, src in SOURCES.items()}
+        self._knobs = KnobsCache()
         self.lua_tokens = lua_tokens(settings)
-        self._flag = "1" if self.lua_tokens else "0"
 
     def run(self, call: Call):
-        return self._scripts[call.script](args=[self.settings.namespace, EVENTS_MAXLEN, self._flag, *call.args])
+        return self._scripts[call.script.name](args=argv(self.settings.namespace, self.lua_tokens, call))
 
-    def knobs(self, max_age_s: float = 1.0) -> Knobs:
-        """The live knobs, re-read at most once per `max_age_s`."""
+    def knobs(self, max_age_s: float | None = None) -> Knobs:
+        """The live knobs, re-read at most once a second (or per `max_age_s`)."""
         now = time.monotonic()
-        if self._knobs is None or now - self._knobs[0] > max_age_s:
-            self._knobs = (now, from_json(self.redis.get(self.keys.knobs)))
-        return self._knobs[1]
+        if self._knobs.stale(now, max_age_s):
+            return self._knobs.update(self.redis.get(self.keys.knobs), now)
+        return self._knobs.knobs
 
     def set_estimate(self, batch_id: str, estimated_at: float) -> bool:
         """Move a batch in every stage's EBF order; False when it is no longer open."""
@@ -61,14 +60,13 @@ class Dispatch:
         return parse_progress(batch_id, self.redis.hgetall(self.keys.batch(batch_id)))
 
     def pick(self, queue: str, worker: str, scheduler: str, token: str):
-        return self.run(Call("pick", queue, scheduler, worker, str(self.settings.lease_s), token,
-                             str(RECLAIM_LIMIT), str(MAX_ATTEMPTS)))
+        return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token))
 
     def heartbeat(self, token: str, batch_id: str) -> str:
-        return self.run(Call("heartbeat", token, str(self.settings.lease_s), batch_id))
+        return self.run(heartbeat_call(token, self.settings.lease_s, batch_id))
 
     def abandon(self, worker: str, queue: str, status: Status, message: str, now: float | None = None) -> str:
-        return self.run(Call("abandon", worker, queue, stamp(time.time() if now is None else now), status.value, message))
+        return self.run(abandon_call(worker, queue, status, message, time.time() if now is None else now))
 
     def forget_worker(self, queue: str, worker: str) -> None:
         """Drop a retired worker from its stage's registry (a killed one otherwise stays, shown not alive)."""

@@ -42,6 +42,8 @@ def parse_progress(batch_id: str, h: Mapping[str, str]) -> Progress:
 
 @dataclass(frozen=True)
 class PendingRequest:
+    """A request waiting in a stage queue (its batch's FIFO entry, `pending_entry` in common.lua)."""
+
     id: str
     batch: str
     enqueued_at: float
@@ -49,6 +51,8 @@ class PendingRequest:
 
 @dataclass(frozen=True)
 class RunningRequest:
+    """A request a worker runs now (the stage's `busy` record, `busy_record` in common.lua)."""
+
     id: str
     batch: str
     started_at: float
@@ -56,7 +60,9 @@ class RunningRequest:
 
 
 @dataclass(frozen=True)
-class WorkerState:
+class RegisteredWorker:
+    """A worker in a stage's registry (`seen`): it announced itself ready and heartbeats while it lives."""
+
     name: str
     last_seen: float
     busy: str | None  # the request it runs, None when idle
@@ -68,19 +74,23 @@ class WorkerState:
 
 
 @dataclass(frozen=True)
-class StageState:
+class QueueState:
+    """One stage queue now: what waits, what runs, which workers serve it."""
+
     queue: str
     pending: tuple[PendingRequest, ...]  # in the order workers will take them under the current scheduler
     running: tuple[RunningRequest, ...]
-    workers: tuple[WorkerState, ...]
+    workers: tuple[RegisteredWorker, ...]
 
 
 @dataclass(frozen=True)
 class LiveState:
+    """The live farm at `now`: its active batches and every stage queue."""
+
     now: float
     scheduler: str
     batches: tuple[Progress, ...]  # active batches, by open time
-    stages: Mapping[str, StageState]
+    stages: Mapping[str, QueueState]
 
 
 def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None) -> LiveState:
@@ -117,11 +127,9 @@ def inspect(redis, settings: Settings, queues: list[str] | None = None, now: flo
             running.append(RunningRequest(held["request"], held["batch"], float(held["started_at"]), worker))
             busy_of[worker] = held["request"]
         workers = tuple(
-            WorkerState(w, float(t), busy_of.get(w), now - float(t) <= settings.lease_s)
+            RegisteredWorker(w, float(t), busy_of.get(w), now - float(t) <= settings.lease_s)
             for w, t in sorted(seen.items())
         )
-        stages[q] = StageState(q, tuple(pending), tuple(sorted(running, key=lambda r: r.started_at)), workers)
+        stages[q] = QueueState(q, tuple(pending), tuple(sorted(running, key=lambda r: r.started_at)), workers)
     return LiveState(now, knobs.scheduler, batches, stages)
 
-
-live_state = inspect

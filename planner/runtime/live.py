@@ -23,10 +23,11 @@ from farm import registry
 from farm.knobs import Knobs
 from farm.protocol.keys import Keys
 from farm.protocol.live import inspect
+from farm.protocol.state import RequestState
 from farm.store import queries
 from farm.store.models import Batch, Task, Worker
 from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
-from planner.runtime.daemon import PipelineView
+from planner.runtime.view import PipelineView
 
 log = logging.getLogger("farm.planner")
 
@@ -39,24 +40,6 @@ def stage_states(pipeline: Any, knobs: Knobs, pools: Mapping[str, tuple[int, int
         out.append(StageState(s.name, s.resource, knobs.cost_of(s), knobs.timeout_of(s), s.queue,
                               workers, min(starting, workers)))
     return tuple(out)
-
-
-def _arrival(state: Mapping[str, Any]) -> float | None:
-    # A request enters its first stage's queue on arrival: the first stage record's queue time is the
-    # arrival; before any stage finished, the state's queue-arrival time ("qa") is.
-    records = state.get("r") or []
-    if records and isinstance(records[0], Mapping) and records[0].get("queued_at") is not None:
-        return float(records[0]["queued_at"])
-    qa = state.get("qa")
-    return float(qa) if qa is not None else None
-
-
-def _next_stage(state: Mapping[str, Any], names: Sequence[str]) -> int | None:
-    done = {r.get("name") for r in state.get("r") or [] if isinstance(r, Mapping)}
-    for name in state.get("st") or []:
-        if name not in done and name in names:
-            return names.index(name)
-    return None
 
 
 def active_batch(
@@ -75,11 +58,11 @@ def active_batch(
     rows = []
     for rid, raw in states.items():
         try:
-            state = json.loads(raw)
+            state = RequestState.decode(raw)
         except (TypeError, ValueError):
             log.warning("batch %s: request %s has an unreadable state", progress.batch_id, rid)
             continue
-        arrived = _arrival(state)
+        arrived = state.arrived_at
         if arrived is None:
             continue
         offset = max(0.0, arrived - progress.opened_at)
@@ -89,7 +72,7 @@ def active_batch(
         elif rid in pending:
             j, since = pending[rid]
             rows.append((offset, j, QUEUED, since, rid))
-        elif rid in results or _next_stage(state, names) is None:
+        elif rid in results or state.next_visit(names) is None:
             finished = arrived
             try:
                 finished = float(json.loads(results[rid]).get("finished_at") or arrived)
@@ -99,7 +82,7 @@ def active_batch(
         else:
             # Neither queued, running nor done (a lapsed lease not yet reclaimed): the worst case for the
             # pool is that it is queued at its next stage since it last moved.
-            rows.append((offset, _next_stage(state, names), QUEUED, float(state.get("qa") or arrived), rid))
+            rows.append((offset, list(names).index(state.next_visit(names)), QUEUED, state.queued_at or arrived, rid))
     rows.sort(key=lambda r: (r[0], r[4]))
     key = float(progress.key) if progress.key is not None else math.nan
     return ActiveBatch(

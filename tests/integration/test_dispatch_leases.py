@@ -8,9 +8,10 @@ import pytest
 import redis
 
 from farm import registry
-from farm.protocol.calls import MAX_ATTEMPTS, Call, submit_call
+from farm.protocol.calls import MAX_ATTEMPTS, submit_call
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.keys import stamp
+from farm.protocol.scripts import COMPLETE, Call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -54,8 +55,9 @@ def leased(d: Dispatch, token: str, worker: str = "w"):
 
 def complete_call(batch_id: str, request_id: str, token: str, result_json: str) -> Call:
     event = '{"kind":"stage_done"}'
-    return Call("complete", batch_id, request_id, token, "w", COMPILE, stamp(time.time()), event, "", "",
-                result_json, '{"kind":"request_done"}', "")
+    return COMPLETE.call(batch=batch_id, request=request_id, token=token, worker="w", queue=COMPILE,
+                         at=stamp(time.time()), stage_event=event, next_queue="", state="", result=result_json,
+                         done_event='{"kind":"request_done"}', limit="")
 
 
 def test_a_lapsed_lease_goes_back_to_the_head_of_its_batch_and_a_late_completion_is_discarded(settings, reward_client):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from farm.client.sync import GroupTracker, parse_entries
+from farm.client.core import GroupTracker, ResultReader, Session
 from farm.config import Settings
 from farm.errors import (
     BatchClosed,
@@ -20,7 +20,7 @@ from farm.errors import (
     PayloadTooLarge,
 )
 from farm.protocol.calls import canonical_json, open_call, parse_open, parse_submit, set_estimate_call, submit_call
-from farm.protocol.scripts import SCRIPTS
+from farm.protocol.scripts import SOURCES, SUBMIT
 from farm.protocol.tokens import hard_limit, task_name
 from farm.results import Result, Status
 from workers.pipelines import synthetic
@@ -35,26 +35,26 @@ def submit(payload, request_id="r0", group=None):
 
 def test_a_request_is_queued_to_the_first_stage_it_visits():
     call = submit({"times": [0, 2.5]})
-    assert call.script == "submit" and call.args[4] == "synthetic.execute" and call.args[6] == ""
-    assert json.loads(call.args[3])["st"] == ["execute"]
+    assert call.script is SUBMIT and call.arg("first_queue") == "synthetic.execute" and call.arg("result") == ""
+    assert json.loads(call.arg("state"))["st"] == ["execute"]
 
 
 def test_a_request_visiting_no_stage_carries_its_admission_verdict_as_its_result():
     call = submit({"times": [0, 0]})
-    result = Result.from_dict(json.loads(call.args[6]))
-    assert call.args[4] == "" and result.status is Status.WRONG and result.finished_at == 100.0
+    result = Result.from_dict(json.loads(call.arg("result")))
+    assert call.arg("first_queue") == "" and result.status is Status.WRONG and result.finished_at == 100.0
 
 
 def test_a_payload_the_pipeline_refuses_carries_an_invalid_input_result():
     call = submit({"times": [-1, 0]})
-    result = Result.from_dict(json.loads(call.args[6]))
+    result = Result.from_dict(json.loads(call.arg("result")))
     assert result.status is Status.INVALID_INPUT and "finite and >= 0" in result.message
-    assert json.loads(call.args[8])["kind"] == "request_done"
+    assert json.loads(call.arg("done_event"))["kind"] == "request_done"
 
 
 def test_payloads_are_compared_in_canonical_form():
     assert canonical_json({"b": 1, "a": [1, 2]}) == canonical_json({"a": [1, 2], "b": 1})
-    assert submit({"b": 1, "times": [1, 0]}).args[2] == submit({"times": [1, 0], "b": 1}).args[2]
+    assert submit({"b": 1, "times": [1, 0]}).arg("payload") == submit({"times": [1, 0], "b": 1}).arg("payload")
 
 
 @pytest.mark.parametrize("payload", [{"times": {1, 2}}, {"x": float("inf")}, {"f": print}])
@@ -89,8 +89,8 @@ def test_malformed_batches_are_refused(task, size, group_size, batch_id):
 
 def test_opening_a_batch_names_every_queue_of_its_pipeline():
     call = open_call("t", PIPELINE, 4, "b0", 2, 1.5)
-    assert call.args[6] == "synthetic.compile,synthetic.execute" and call.args[5] == "2"
-    assert json.loads(call.args[7]) == {"kind": "batch_opened", "batch": "b0", "task": "t", "pipeline": "synthetic",
+    assert call.arg("queues") == "synthetic.compile,synthetic.execute" and call.arg("group_size") == "2"
+    assert json.loads(call.arg("opened_event")) == {"kind": "batch_opened", "batch": "b0", "task": "t", "pipeline": "synthetic",
                                         "size": 4, "opened_at": 1.5}
 
 
@@ -112,7 +112,7 @@ def test_open_refusals_become_clear_exceptions():
 
 
 def test_an_estimate_must_be_a_finite_time():
-    assert set_estimate_call("b0", 12.25).args[1] == "12.25"
+    assert set_estimate_call("b0", 12.25).arg("key") == "12.25"
     for bad in (float("nan"), "soon", True):
         with pytest.raises(InvalidInput):
             set_estimate_call("b0", bad)
@@ -124,13 +124,14 @@ def test_the_hard_time_limit_sits_above_the_stage_timeout_and_tasks_are_named_by
 
 
 def test_every_script_includes_the_shared_helpers():
-    assert all("local function reclaim" in src for src in SCRIPTS.values())
+    assert all("local function reclaim" in src for src in SOURCES.values())
 
 
 def test_the_done_stream_yields_results_and_its_end_marker():
     r = Result("r0", "b0", Status.OK, 1.0)
-    results, ended, last = parse_entries([("1-0", {"r": json.dumps(r.to_dict())}), ("2-0", {"end": "cancelled"})])
-    assert results == [r] and ended and last == "2-0"
+    reader = ResultReader(Session(SETTINGS), "b0", 3, None, 0.0)
+    results = reader.feed([("done", [("1-0", {"r": json.dumps(r.to_dict())}), ("2-0", {"end": "cancelled"})])])
+    assert results == [r] and reader.ended and reader.last == "2-0"
 
 
 def result(i: int, group: str | None) -> Result:

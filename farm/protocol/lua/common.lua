@@ -1,11 +1,8 @@
--- Shared by every farm script. ARGV[1] is the namespace, ARGV[2] the history stream's approximate cap,
--- ARGV[3] '1' when the Celery broker is this same Redis (then scripts publish wake-up tokens themselves,
--- in the same round trip); each script's own arguments follow (A(i) is ARGV[i + 3]). Keys are built
--- from the namespace, so the scripts assume one Redis (not a cluster).
-local P = ARGV[1]
-local CAP = ARGV[2]
-local LUA_TOKENS = ARGV[3] == '1'
-local function A(i) return ARGV[i + 3] end
+-- Shared by every farm script, after the generated prelude (farm/protocol/scripts.py) that defines P (the
+-- namespace), CAP (the history stream's approximate cap), LUA_TOKENS (the Celery broker is this same Redis:
+-- scripts publish wake-up tokens themselves, in the same round trip), TASK_PREFIX and the request-state
+-- field names; each script's own arguments come after this file as locals named in farm.protocol.scripts.
+-- Keys are built from the namespace, so the scripts assume one Redis (not a cluster).
 
 local function now()
   local t = redis.call('TIME')
@@ -26,14 +23,14 @@ end
 local function qkey(queue, what) return P .. ':q:' .. queue .. ':' .. what end
 
 -- A Celery (protocol 2, kombu Redis transport) message for the stage's task, with no arguments: what
--- `app.send_task(farm.celery_app.task_name(queue), queue=settings.queue(queue))` would publish.
+-- `app.send_task(farm.protocol.tokens.task_name(queue), queue=settings.queue(queue))` would publish.
 local TOKEN_BODY = 'W1tdLCB7fSwgeyJjYWxsYmFja3MiOiBudWxsLCAiZXJyYmFja3MiOiBudWxsLCAiY2hhaW4iOiBudWxsLCAiY2hvcmQiOiBudWxsfV0='
 local DEFAULT_LIMIT = '3600'
 local function push_token(queue, limit)
   local id = P .. '-token-' .. redis.call('INCR', P .. ':tokens')
   local q = cjson.encode(P .. '.' .. queue)
   local msg = '{"body":"' .. TOKEN_BODY .. '","content-encoding":"utf-8","content-type":"application/json",'
-    .. '"headers":{"lang":"py","task":' .. cjson.encode('farm.stage.' .. queue) .. ',"id":"' .. id .. '","shadow":null,'
+    .. '"headers":{"lang":"py","task":' .. cjson.encode(TASK_PREFIX .. queue) .. ',"id":"' .. id .. '","shadow":null,'
     .. '"eta":null,"expires":null,"group":null,"group_index":null,"retries":0,"timelimit":[' .. limit .. ',null],'
     .. '"root_id":"' .. id .. '","parent_id":null,"argsrepr":"()","kwargsrepr":"{}","origin":"farm-dispatch",'
     .. '"ignore_result":true,"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}},'
@@ -54,17 +51,36 @@ local function wake(queue, limit)
   if LUA_TOKENS then push_token(queue, limit) end
 end
 
+-- A pending request in its batch's FIFO: "seq|enqueued_at|request" (seq orders the stage's FCFS mode).
+local function pending_entry(seq, enq_at, rid) return seq .. '|' .. enq_at .. '|' .. rid end
+local function entry_seq(entry) return tonumber(string.match(entry, '^(%d+)|')) end
+local function parse_entry(entry) return string.match(entry, '^(%d+)|([^|]*)|(.*)$') end
+
+-- A lease (the `<P>:lease` hash, by token): "queue|batch|worker|seq|enqueued_at|request".
+local function lease_info(queue, bid, worker, seq, enq_at, rid)
+  return queue .. '|' .. bid .. '|' .. worker .. '|' .. seq .. '|' .. enq_at .. '|' .. rid
+end
+local function parse_lease(info) return string.match(info, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$') end
+
+-- What a busy worker holds (the stage's `busy` hash, by worker): JSON, read back by `farm status` and the planner.
+local function busy_record(bid, rid, started_at, token)
+  return cjson.encode({batch = bid, request = rid, started_at = started_at, token = token})
+end
+
+-- The stage a queue "<pipeline>.<stage>" serves.
+local function stage_of(queue) return string.match(queue, '^[^.]*%.(.*)$') end
+
 -- Put a request into its batch's FIFO in a stage queue (at the head when it comes back from a lapsed
 -- lease) and keep both orders of the stage's batches: by EBF key and by the seq of the batch's head.
 local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
   wake(queue, limit)
   local l = qkey(queue, 'l:' .. bid)
-  local entry = seq .. '|' .. enq_at .. '|' .. rid
+  local entry = pending_entry(seq, enq_at, rid)
   if head then redis.call('LPUSH', l, entry) else redis.call('RPUSH', l, entry) end
   redis.call('ZADD', qkey(queue, 'ebf'), key, bid)
   if head or redis.call('LLEN', l) == 1 then
     local first = redis.call('LINDEX', l, 0)
-    redis.call('ZADD', qkey(queue, 'fcfs'), tonumber(string.match(first, '^(%d+)|')), bid)
+    redis.call('ZADD', qkey(queue, 'fcfs'), entry_seq(first), bid)
   end
 end
 
@@ -106,12 +122,12 @@ local function finish_here(bid, rid, status, message, stage, at, record, may_com
   local b = P .. ':b:' .. bid
   local raw = redis.call('HGET', b .. ':req', rid)
   local st = raw and cjson.decode(raw) or {}
-  local records = st.r or {}
+  local records = st[STATE_RECORDS] or {}
   if record then records[#records + 1] = record end
   if #records == 0 then records = cjson.decode('[]') end
   local result = {
     request_id = rid, batch_id = bid, status = status, reward = 0, message = message,
-    stage = stage or cjson.null, outcome = cjson.null, group = st.g or cjson.null,
+    stage = stage or cjson.null, outcome = cjson.null, group = st[STATE_GROUP] or cjson.null,
     stages = records, finished_at = tonumber(at), details = cjson.decode('{}'),
   }
   local event = {
@@ -132,7 +148,7 @@ local function reclaim(limit, max_att)
     redis.call('ZREM', P .. ':leases', tok)
     redis.call('HDEL', P .. ':lease', tok)
     if info then
-      local queue, bid, worker, seq, enq_at, rid = string.match(info, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      local queue, bid, worker, seq, enq_at, rid = parse_lease(info)
       local b = P .. ':b:' .. bid
       local busy = qkey(queue, 'busy')
       local held = redis.call('HGET', busy, worker)
@@ -142,7 +158,7 @@ local function reclaim(limit, max_att)
         if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. ':res', rid) == 0 then
           local att = redis.call('HINCRBY', b .. ':att', rid, 1)
           if att >= max_att then
-            local stage = string.match(queue, '^[^.]*%.(.*)$')
+            local stage = stage_of(queue)
             finish_here(bid, rid, 'infra_error', 'lost its worker ' .. att .. ' times at stage ' .. stage, stage, tostring(t), nil, true)
           else
             enqueue(queue, bid, rid, seq, enq_at, true, redis.call('HGET', b, 'key'), nil)

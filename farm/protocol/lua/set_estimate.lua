@@ -1,10 +1,10 @@
--- set a batch's EBF key (its estimated completion time): A(1) batch, A(2) key, A(3) batch_deadline event
-local b = P .. ':b:' .. A(1)
-local state = redis.call('HGET', b, 'state')
-if state ~= 'open' then return state or 'unknown' end
-redis.call('HSET', b, 'key', A(2))
+-- set a batch's EBF key (its estimated completion time) in every stage queue it uses.
+local b = P .. ':b:' .. batch
+local current = redis.call('HGET', b, 'state')
+if current ~= 'open' then return current or 'unknown' end
+redis.call('HSET', b, 'key', key)
 for _, q in ipairs(split(redis.call('HGET', b, 'queues'), ',')) do
-  redis.call('ZADD', qkey(q, 'ebf'), 'XX', A(2), A(1))
+  redis.call('ZADD', qkey(q, 'ebf'), 'XX', key, batch)
 end
-emit(A(3))
+emit(deadline_event)
 return 'ok'

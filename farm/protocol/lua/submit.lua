@@ -1,25 +1,24 @@
--- submit a request: A(1) batch, A(2) request, A(3) payload JSON, A(4) request state JSON, A(5) first
--- stage queue ('' = visits none), A(6) now, A(7) result JSON (when it visits none), A(8) request_arrived
--- event, A(9) request_done event, A(10) group ('' = none), A(11) the first stage's hard time limit
-local bid, rid, payload = A(1), A(2), A(3)
-local b = P .. ':b:' .. bid
+-- submit a request. `first_queue` is '' when it visits no stage (then `result` and `done_event` finish it
+-- here), `group` '' when it has none. Returns {'queued'}, {'finished'}, {'duplicate'} (the same request
+-- again), {'conflict'} (same id, other payload), {'closed', state}, {'full', size} or {'unknown'}.
+local b = P .. ':b:' .. batch
 local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key')
 if not f[1] then return {'unknown'} end
-local old = redis.call('HGET', b .. ':payload', rid)
+local old = redis.call('HGET', b .. ':payload', request)
 if old then
   if old == payload then return {'duplicate'} end
   return {'conflict'}
 end
 if f[1] ~= 'open' then return {'closed', f[1]} end
 if tonumber(f[3]) >= tonumber(f[2]) then return {'full', f[2]} end
-redis.call('HSET', b .. ':payload', rid, payload)
-redis.call('HSET', b .. ':req', rid, A(4))
+redis.call('HSET', b .. ':payload', request, payload)
+redis.call('HSET', b .. ':req', request, state)
 redis.call('HINCRBY', b, 'arrived', 1)
-if A(10) ~= '' then redis.call('HINCRBY', b .. ':groups', A(10), 1) end
-emit(A(8))
-if A(5) ~= '' then
-  enqueue(A(5), bid, rid, redis.call('INCR', P .. ':seq'), A(6), false, f[4], A(11))
+if group ~= '' then redis.call('HINCRBY', b .. ':groups', group, 1) end
+emit(arrived_event)
+if first_queue ~= '' then
+  enqueue(first_queue, batch, request, redis.call('INCR', P .. ':seq'), at, false, f[4], limit)
   return {'queued'}
 end
-finish(bid, rid, A(7), A(9), A(6), true)
+finish(batch, request, result, done_event, at, true)
 return {'finished'}

@@ -1,2 +1,2 @@
--- give lapsed leases back: A(1) limit, A(2) max attempts. Returns the queues that need a wake-up token each.
-return reclaim(tonumber(A(1)), tonumber(A(2)))
+-- give lapsed leases back. Returns the queues that need a wake-up token each.
+return reclaim(tonumber(reclaim_limit), tonumber(max_attempts))
