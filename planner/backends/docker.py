@@ -68,7 +68,7 @@ class DockerBackend(Backend):
         (`{"/host": {"bind": "/in", "mode": "ro"}}`); `gpu_ids` the GPUs to hand out, one per GPU worker;
         `network` "host" or a network name (compose's); `env` adds to the farm's settings. What is not
         given comes from FARM_DOCKER_* in `environ` (default: os.environ), then the defaults here.
-        `cap_add`/`security_opt`: the worker's sandbox makes namespaces and mounts (workers/sandbox.py)."""
+        `cap_add`/`security_opt`: the worker's sandbox makes namespaces and mounts (workers/sandbox/)."""
         from_env = options_from_env(os.environ if environ is None else environ)
         self.settings = settings
         self.namespace = common.check_namespace(settings.namespace)
@@ -88,8 +88,6 @@ class DockerBackend(Backend):
         self.timeout_for = common.timeout_lookup(timeout_for)
         self.resource_for = resource_for or common.registry_resource
         if client is None:
-            import docker
-
             try:
                 client = docker.from_env()
                 client.ping()

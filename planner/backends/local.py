@@ -22,10 +22,8 @@ stage's timeout plus the grace.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +35,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 from farm.config import Settings
 from planner.backends import Backend, BackendError, Worker, WorkerState, common
 from planner.backends.launcher import Launcher, LauncherError
+from planner.backends.processes import find_by_cmdline, group_members, nice_session, process_start, worker_nice
+from planner.backends.records import Records
 
 log = logging.getLogger(__name__)
 
@@ -51,97 +51,6 @@ def default_command() -> list[str]:
     if script.exists():
         return [str(script), "worker"]
     return [sys.executable, "-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker"]
-
-
-def worker_nice(nice: int | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """The niceness of local workers: `nice`, else FARM_WORKER_NICE, else 0; a whole number 0-19."""
-    source = "nice"
-    if nice is None:
-        raw = (os.environ if environ is None else environ).get("FARM_WORKER_NICE", "").strip()
-        if not raw:
-            return 0
-        source = "FARM_WORKER_NICE"
-        try:
-            nice = int(raw)
-        except ValueError:
-            raise ValueError(f"{source}={raw!r}: the workers' niceness must be a whole number 0-19") from None
-    if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
-        raise ValueError(f"{source}={nice!r}: the workers' niceness must be a whole number 0-19")
-    if nice and shutil.which("nice") is None:
-        raise ValueError(f"{source}={nice}: lowering the workers' priority needs the `nice` command on PATH")
-    return nice
-
-
-def _nice_session(pid: int, nice: int) -> None:
-    """Lower the priority of a worker's session too. Under Linux's autogroup scheduling (the default on
-    desktops and many servers) every session is its own scheduling group and `nice` counts only within
-    it: each worker, in a session of its own, would still get as much CPU as all the farm's other
-    processes together. The autogroup's own nice value is what counts between sessions."""
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:
-            f.write(str(nice))
-    except OSError:
-        pass  # no autogroup scheduling here (or no /proc): the process's own nice is all there is
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of a live process as an opaque token; None when there is none (or a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return _ps_start(pid)
-    fields = stat[stat.rindex(b")") + 2:].split()
-    if fields[0] in (b"Z", b"X"):  # exited, waiting for its parent to reap it
-        return None
-    return fields[19].decode()  # field 22 of proc(5): start time in clock ticks since boot
-
-
-def _ps_start(pid: int) -> str | None:
-    """Where there is no /proc (macOS): the start time `ps` prints."""
-    out = subprocess.run(["ps", "-o", "lstart=,stat=", "-p", str(pid)], capture_output=True, text=True)
-    line = out.stdout.strip()
-    if out.returncode != 0 or not line or line.split()[-1].startswith("Z"):
-        return None
-    return " ".join(line.split()[:-1])
-
-
-def _find_by_cmdline(name: str) -> int | None:
-    """The pid of a process whose command line names this worker (for a record the pid never reached)."""
-    needle = b"\0--name\0" + name.encode() + b"\0"
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return None
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle in b"\0" + (entry / "cmdline").read_bytes():
-                return int(entry.name)
-        except OSError:
-            continue
-    return None
-
-
-def _group_members(pgid: int) -> list[int]:
-    """The live processes of a process group (from /proc; none where there is no /proc)."""
-    members = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return members
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:  # state, ppid, pgrp
-            members.append(int(entry.name))
-    return members
 
 
 class LocalBackend(Backend):
@@ -181,6 +90,7 @@ class LocalBackend(Backend):
         self.timeout_for = common.timeout_lookup(timeout_for)
         root = Path(state_dir) if state_dir else Path(os.path.expanduser(settings.data_dir)) / "workers"
         self.dir = root / self.namespace
+        self._records = Records(self.dir)
         self._redis = common.redis_for(settings)
         self._lives = common.Lives(self._redis, self.namespace, self.kind)
         self._readiness = common.Readiness(self._redis, self.namespace)
@@ -208,7 +118,7 @@ class LocalBackend(Backend):
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
             for name in names:
-                if not self._path(name).exists():
+                if not self._records.exists(name):
                     self._start(name, stage)
             by_name = {w.name: w for w in self._observe()}
         return [by_name[name] for name in names if name in by_name]
@@ -218,14 +128,14 @@ class LocalBackend(Backend):
         now = time.time()
         with self._lock:
             for name in wanted:
-                record = self._load(self._path(name))
+                record = self._records.load(name)
                 if record is None or record.get("stopping_since") is not None or record.get("pid") is None:
                     continue
                 if process_start(record["pid"]) != record["start"]:
                     continue  # already gone; the next observation reaps it
                 record["stopping_since"] = now
                 record["kill_at"] = now + self.timeout_for(record["stage"]) + self.grace_s
-                self._save(record)
+                self._records.save(record)
                 self._term(record, now)  # warm shutdown: the current request finishes
             by_name = {w.name: w for w in self._observe()}
             self._lives.flush()
@@ -248,48 +158,24 @@ class LocalBackend(Backend):
             self._launcher.close()  # the workers it forked run on, in their own sessions
         self._redis.close()
 
-    # -- records and processes ------------------------------------------------------------------
-
-    def _path(self, name: str) -> Path:
-        return self.dir / f"{name}.json"
-
-    def _log_path(self, name: str) -> Path:
-        return self.dir / f"{name}.log"
-
-    def _pid_path(self, name: str) -> Path:
-        return self.dir / f"{name}.pid"
-
-    @staticmethod
-    def _load(path: Path) -> dict | None:
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except ValueError:  # a torn write cannot happen (atomic replace); anything else is not ours
-            log.warning("ignoring unreadable worker record %s", path)
-            return None
-
-    def _save(self, record: dict) -> None:
-        path = self._path(record["name"])
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
+    # -- processes ------------------------------------------------------------------------------
 
     def _start(self, name: str, stage: str) -> None:
         record = {"name": name, "stage": stage, "spawned_at": time.time(), "pid": None, "start": None,
                   "stopping_since": None, "kill_at": None}
-        self._save(record)  # first: a daemon dying between fork and record still leaves a trace
+        self._records.save(record)  # first: a daemon dying between fork and record still leaves a trace
         farm_env = {**common.worker_env(self.settings), "FARM_DATA_DIR": self.settings.data_dir, **self.extra_env}
         if self._launcher is not None:
             try:
-                pid = self._launcher.spawn(name, stage, log=self._log_path(name), pidfile=self._pid_path(name),
-                                           env=farm_env, nice=self.nice, events=self.events)
+                pid = self._launcher.spawn(name, stage, log=self._records.log_path(name),
+                                           pidfile=self._records.pid_path(name), env=farm_env, nice=self.nice,
+                                           events=self.events)
             except LauncherError as exc:
-                self._path(name).unlink(missing_ok=True)
+                self._records.remove(name)
                 raise BackendError(f"could not start worker {name}: {exc}") from exc
             self._launched[pid] = name
             record["pid"], record["start"] = pid, process_start(pid)
-            self._save(record)
+            self._records.save(record)
             self._lives.spawned(name, stage, record["spawned_at"])
             return
         env = {**os.environ, **farm_env, "FARM_WORKER_EVENTS": "1" if self.events else "0"}  # `farm worker --events`
@@ -297,16 +183,16 @@ class LocalBackend(Backend):
         if self.nice:
             cmd = ["nice", "-n", str(self.nice), *cmd]  # nice execs the worker: same pid, same start time
         try:
-            with open(self._log_path(name), "ab") as out:
+            with open(self._records.log_path(name), "ab") as out:
                 proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
         except OSError as exc:
-            self._path(name).unlink(missing_ok=True)
+            self._records.remove(name)
             raise BackendError(f"could not start worker {name} ({' '.join(cmd)}): {exc}") from exc
         if self.nice:
-            _nice_session(proc.pid, self.nice)
+            nice_session(proc.pid, self.nice)
         record["pid"], record["start"] = proc.pid, process_start(proc.pid)
-        self._save(record)
+        self._records.save(record)
         threading.Thread(target=self._reap, args=(name, proc), name=f"reap-{name}", daemon=True).start()
         self._lives.spawned(name, stage, record["spawned_at"])
 
@@ -322,14 +208,9 @@ class LocalBackend(Backend):
 
     def _observe(self) -> list[Worker]:
         """The records against the processes: reap the gone, kill the overdue, read readiness."""
-        if not self.dir.is_dir():
-            return []
         now = time.time()
         alive: list[dict] = []
-        for path in sorted(self.dir.glob("*.json")):
-            record = self._load(path)
-            if record is None:
-                continue
+        for record in self._records.all():
             if record.get("pid") is None:
                 if not self._adopt_unstarted(record, now):
                     continue
@@ -358,30 +239,22 @@ class LocalBackend(Backend):
         """A record a daemon wrote before its process started: find the process, or drop the record."""
         if now - record["spawned_at"] < _UNSTARTED_GRACE_S:
             return False  # another backend may be starting it right now
-        pid = self._pid_from_file(record["name"]) or _find_by_cmdline(record["name"])
+        pid = self._records.written_pid(record["name"]) or find_by_cmdline(record["name"])
         start = process_start(pid) if pid is not None else None
         if start is None:
-            self._path(record["name"]).unlink(missing_ok=True)
+            self._records.remove(record["name"])
             return False
         record["pid"], record["start"] = pid, start
-        self._save(record)
+        self._records.save(record)
         return True
-
-    def _pid_from_file(self, name: str) -> int | None:
-        """The pid a launched worker wrote for itself, if that process still leads its own session."""
-        try:
-            pid = int(self._pid_path(name).read_text().strip())
-            return pid if os.getsid(pid) == pid else None
-        except (OSError, ValueError):
-            return None
 
     def _gone(self, record: dict, now: float) -> None:
         name = record["name"]
-        self._pid_path(name).unlink(missing_ok=True)
+        self._records.pid_path(name).unlink(missing_ok=True)
         # the worker's leader is gone; what is left of its process group (a pool child busy with a request)
         # goes too. Only while no process holds the leader's pid: a recycled pid may lead a group of its own,
         # but no pid is reused while a group of that id still has members, so then they are the worker's.
-        if process_start(record["pid"]) is None and _group_members(record["pid"]):
+        if process_start(record["pid"]) is None and group_members(record["pid"]):
             try:
                 os.killpg(record["pid"], signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -389,15 +262,16 @@ class LocalBackend(Backend):
         at = self._exited.pop(name, None) or now
         self._lives.retired(name, record["stage"], at)
         self._readiness.forget([name])
-        self._path(name).unlink(missing_ok=True)
+        self._records.remove(name)
         self._term_sent.pop(name, None)
         if record.get("killed_at"):
             log.warning("worker %s (pid %s) had to be killed after its retirement; its log: %s", name,
-                        record["pid"], self._log_path(name))
+                        record["pid"], self._records.log_path(name))
         elif record.get("stopping_since") is not None:
-            self._log_path(name).unlink(missing_ok=True)
+            self._records.log_path(name).unlink(missing_ok=True)
         else:  # it died without being asked to: keep its log for whoever investigates
-            log.warning("worker %s (pid %s) exited without being retired; its log: %s", name, record["pid"], self._log_path(name))
+            log.warning("worker %s (pid %s) exited without being retired; its log: %s", name, record["pid"],
+                        self._records.log_path(name))
 
     def _term(self, record: dict, now: float) -> None:
         self._term_sent[record["name"]] = now
@@ -420,7 +294,7 @@ class LocalBackend(Backend):
         # the leader is verified alive (same start time), so its process group is still the worker's
         if not record.get("killed_at"):
             record["killed_at"] = now
-            self._save(record)  # its log is kept: a worker that had to be killed is worth a look
+            self._records.save(record)  # its log is kept: a worker that had to be killed is worth a look
         try:
             os.killpg(record["pid"], signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

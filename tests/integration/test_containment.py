@@ -14,6 +14,7 @@ from farm.results import Status
 from workers import sandbox
 from workers.pipelines import code
 from workers.runner import score
+from workers.sandbox import uids
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root")]
 
@@ -39,11 +40,11 @@ def _judge(program: str, **payload) -> object:
 
 def _sandbox_processes() -> list[int]:
     """Processes still running as a sandbox uid anywhere on the machine."""
-    uids = sandbox._uid_range()
+    pool = uids.uid_range()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in uids:
+            if os.stat(f"/proc/{pid}").st_uid in pool:
                 found.append(int(pid))
         except FileNotFoundError:
             pass

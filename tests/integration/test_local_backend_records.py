@@ -13,6 +13,7 @@ import pytest
 from farm import events
 from planner.backends import BackendError, WorkerState
 from planner.backends.local import LocalBackend
+from planner.backends.processes import group_members, process_start, worker_nice
 
 STAGE = "synthetic.compile"
 
@@ -110,25 +111,24 @@ def test_workers_inherit_the_farms_settings(settings):
 
 
 def test_what_is_left_of_a_dead_workers_process_group_goes_with_it(settings):
-    from planner.backends.local import _group_members, process_start
 
     backend = LocalBackend(settings)
     leader = subprocess.Popen(["/bin/sh", "-c", "sleep 60 & wait"], start_new_session=True)
     name = f"{settings.namespace}.{STAGE}.leader"
     write_record(backend, name, pid=leader.pid, start=process_start(leader.pid))
     deadline = time.time() + 10
-    while len(_group_members(leader.pid)) < 2 and time.time() < deadline:
+    while len(group_members(leader.pid)) < 2 and time.time() < deadline:
         time.sleep(0.05)
-    assert len(_group_members(leader.pid)) == 2
+    assert len(group_members(leader.pid)) == 2
 
     leader.kill()  # the leader dies; its child (a pool process in a real worker) would linger
     leader.wait()
 
     assert backend.list() == []
     deadline = time.time() + 10
-    while _group_members(leader.pid) and time.time() < deadline:
+    while group_members(leader.pid) and time.time() < deadline:
         time.sleep(0.05)
-    assert _group_members(leader.pid) == []
+    assert group_members(leader.pid) == []
 
 
 # ------------------------------------------------------------------------- retiring a starting worker
@@ -215,7 +215,6 @@ def test_a_ready_worker_is_not_killed_before_its_stage_timeout_and_grace(setting
 
 
 def test_the_workers_niceness_is_checked_and_applied(settings, monkeypatch):
-    from planner.backends.local import worker_nice
 
     assert worker_nice(None, {}) == 0
     assert worker_nice(None, {"FARM_WORKER_NICE": " 7 "}) == 7

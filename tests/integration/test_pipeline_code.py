@@ -152,11 +152,12 @@ def test_a_problem_needs_cases_or_a_check_program():
 
 def test_a_worker_that_cannot_contain_code_fails_closed(monkeypatch):
     from workers import sandbox
+    from workers.sandbox import isolation
 
     def unavailable():
         raise sandbox.SandboxUnavailable("no namespaces here")
 
-    monkeypatch.setattr(sandbox, "mode", unavailable)
+    monkeypatch.setattr(isolation, "mode", unavailable)
     r = score(pipeline, {"response": "    return 1\n", "problem": "HumanEval/53"})
     assert (r.status, r.stage, r.reward) == (Status.INFRA_ERROR, "run", 0.0) and "no namespaces here" in r.message
 

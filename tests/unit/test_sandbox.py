@@ -9,12 +9,13 @@ import signal
 import pytest
 
 from workers import sandbox
+from workers.sandbox import isolation, uids
 
 PY = sandbox.python_executable()
 FAST = sandbox.Limits(wall_s=5)
 
 pytestmark = [pytest.mark.timeout(30),
-              pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root (see workers/sandbox.py modes)")]
+              pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root (see workers/sandbox/ modes)")]
 
 
 def _py(code: str, limits: sandbox.Limits = FAST, **kw) -> sandbox.RunResult:
@@ -30,7 +31,7 @@ def test_a_program_gets_its_files_stdin_and_output():
 def test_a_program_runs_as_an_unprivileged_uid_from_the_pool():
     r = _py("import os; print(os.getuid(), os.getgid(), os.getgroups())")
     uid, gid, _ = r.stdout.decode().split(maxsplit=2)
-    assert int(uid) in sandbox._uid_range() and uid == gid
+    assert int(uid) in uids.uid_range() and uid == gid
 
 
 def test_the_environment_is_rebuilt_from_nothing(monkeypatch):
@@ -108,7 +109,7 @@ def test_tmp_is_a_private_size_capped_tmpfs():
 
 def test_call_runs_a_function_in_a_contained_child():
     result = sandbox.call(_identity_and_uid, 21)
-    assert result.value[0] == 42 and result.value[1] in sandbox._uid_range()
+    assert result.value[0] == 42 and result.value[1] in uids.uid_range()
 
 
 def test_call_reports_a_timeout_and_an_error():
@@ -125,7 +126,7 @@ def test_call_has_no_network_and_no_inherited_descriptors():
 
 
 def test_without_namespaces_the_sandbox_fails_closed(monkeypatch):
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name, **kw: None)
+    monkeypatch.setattr(isolation.shutil, "which", lambda name, **kw: None)
     monkeypatch.delenv("FARM_SANDBOX_ALLOW_UNCONTAINED", raising=False)
     sandbox.mode.cache_clear()
     try:
@@ -169,15 +170,15 @@ def _probe_fd_and_network(fd):
 
 def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch, tmp_path):
     monkeypatch.setenv("FARM_SANDBOX_ROOT", str(tmp_path))
-    stale = tmp_path / f"run-{sandbox._uid_range().start}-abc"
+    stale = tmp_path / f"run-{uids.uid_range().start}-abc"
     stale.mkdir()
     (stale / "left").write_text("x")
-    sandbox._sweep_stale.cache_clear()
+    uids.sweep_stale.cache_clear()
     try:
         assert sandbox.run(["/bin/true"]).ok
         assert not stale.exists()
     finally:
-        sandbox._sweep_stale.cache_clear()
+        uids.sweep_stale.cache_clear()
 
 
 def test_a_launcher_that_cannot_mount_its_private_tmpfs_refuses_to_run():

@@ -1,0 +1,103 @@
+"""What the local backend and its launcher ask of the operating system about worker processes: a
+process's start time (a pid with another start time is another process), finding one by its command
+line or its process group, and the workers' niceness.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Mapping
+
+
+def worker_nice(nice: int | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """The niceness of local workers: `nice`, else FARM_WORKER_NICE, else 0; a whole number 0-19."""
+    source = "nice"
+    if nice is None:
+        raw = (os.environ if environ is None else environ).get("FARM_WORKER_NICE", "").strip()
+        if not raw:
+            return 0
+        source = "FARM_WORKER_NICE"
+        try:
+            nice = int(raw)
+        except ValueError:
+            raise ValueError(f"{source}={raw!r}: the workers' niceness must be a whole number 0-19") from None
+    if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+        raise ValueError(f"{source}={nice!r}: the workers' niceness must be a whole number 0-19")
+    if nice and shutil.which("nice") is None:
+        raise ValueError(f"{source}={nice}: lowering the workers' priority needs the `nice` command on PATH")
+    return nice
+
+
+def nice_session(pid: int, nice: int) -> None:
+    """Lower the priority of a worker's session too. Under Linux's autogroup scheduling (the default on
+    desktops and many servers) every session is its own scheduling group and `nice` counts only within
+    it: each worker, in a session of its own, would still get as much CPU as all the farm's other
+    processes together. The autogroup's own nice value is what counts between sessions."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # no autogroup scheduling here (or no /proc): the process's own nice is all there is
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a live process as an opaque token; None when there is none (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _ps_start(pid)
+    fields = stat[stat.rindex(b")") + 2:].split()
+    if fields[0] in (b"Z", b"X"):  # exited, waiting for its parent to reap it
+        return None
+    return fields[19].decode()  # field 22 of proc(5): start time in clock ticks since boot
+
+
+def _ps_start(pid: int) -> str | None:
+    """Where there is no /proc (macOS): the start time `ps` prints."""
+    out = subprocess.run(["ps", "-o", "lstart=,stat=", "-p", str(pid)], capture_output=True, text=True)
+    line = out.stdout.strip()
+    if out.returncode != 0 or not line or line.split()[-1].startswith("Z"):
+        return None
+    return " ".join(line.split()[:-1])
+
+
+def find_by_cmdline(name: str) -> int | None:
+    """The pid of a process whose command line names this worker (for a record the pid never reached)."""
+    needle = b"\0--name\0" + name.encode() + b"\0"
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in b"\0" + (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of a process group (from /proc; none where there is no /proc)."""
+    members = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return members
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:  # state, ppid, pgrp
+            members.append(int(entry.name))
+    return members

@@ -1,0 +1,126 @@
+"""`call`: run trusted verifier code on untrusted input (math-verify parses model output with sympy,
+which evaluates strings) in a forked child: its own session, a new network namespace, rlimits, the
+dedicated uid, every inherited descriptor closed, the result back as JSON.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import selectors
+import signal
+import time
+import traceback
+from typing import Any, Callable
+
+from workers.sandbox import isolation
+from workers.sandbox.isolation import _environment, _libc
+from workers.sandbox.limits import CallResult, Limits
+from workers.sandbox.uids import lease_uid
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+
+
+def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits()) -> CallResult:
+    """fn(arg) in a forked, contained child; fn and its result must be picklable-free: the result
+    travels as JSON. Use for verifiers that parse model output (not for model-written programs: `run`)."""
+    m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
+    lease = lease_uid(m)
+    started = time.monotonic()
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: contain first, then compute; never returns
+            _child(fn, arg, limits, m, lease.uid, read_fd, write_fd)
+        os.close(write_fd)
+        write_fd = -1
+        data, timed_out = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
+        if timed_out:
+            _kill_pid_group(pid)
+        _, status = os.waitpid(pid, 0)
+        wall = time.monotonic() - started
+        if timed_out:
+            return CallResult(timed_out=True, wall_s=wall)
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            why = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+                   else f"exit status {os.WEXITSTATUS(status)}")
+            if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+                return CallResult(timed_out=True, wall_s=wall)
+            return CallResult(error=f"verifier child ended without a result ({why})", wall_s=wall)
+        return CallResult(value=reply.get("value"), error=reply.get("error", ""), wall_s=wall)
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+        lease.release()
+
+
+def _read_until(fd: int, deadline: float, cap: int) -> tuple[bytes, bool]:
+    data = bytearray()
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(data), True
+            if sel.select(timeout=left):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return bytes(data), False
+                data += chunk
+                if len(data) > cap:
+                    return b"", False
+
+
+def _kill_pid_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write_fd: int) -> None:
+    code = 70
+    try:
+        os.close(read_fd)
+        os.setsid()
+        os.closerange(3, write_fd)
+        os.closerange(write_fd + 1, 65536)  # the worker's broker and database sockets stay out of reach
+        if m != "uncontained":
+            flags = _CLONE_NEWNET | (_CLONE_NEWUSER if m == "userns" else 0)
+            if _libc.unshare(flags) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+        cpu = limits.cpu_seconds()
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        if limits.memory_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        if limits.data_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes, limits.data_bytes))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # a verifier writes no files
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.environ.clear()
+        os.environ.update(_environment({}))
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        os.chdir("/")
+        try:
+            reply = {"value": fn(arg)}
+        except Exception as exc:  # the verifier's own error on this input, reported to the stage
+            reply = {"error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[-2000:]}
+        payload = json.dumps(reply).encode()
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+        code = 0
+    except BaseException:  # noqa: BLE001 - the child must never return into the worker's code
+        code = 71
+    finally:
+        os._exit(code)

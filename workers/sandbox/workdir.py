@@ -1,0 +1,85 @@
+"""The private working directory of one run: a fresh tmpfs of `disk_bytes` (its size is the disk
+quota) owned by the run's uid, under `sandbox_root()`, unmounted and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import tempfile
+from typing import Mapping, Sequence
+
+from workers.sandbox.isolation import _libc
+
+log = logging.getLogger(__name__)
+
+_MS_NOSUID, _MS_NODEV = 2, 4
+_MNT_DETACH = 2
+
+
+def sandbox_root() -> str:
+    """Where working directories live; not under /tmp, which the sandbox covers with its own tmpfs."""
+    default = "/var/lib/farm-sandbox" if os.geteuid() == 0 else os.path.join(tempfile.gettempdir(), "farm-sandbox")
+    return os.environ.get("FARM_SANDBOX_ROOT") or default
+
+
+class _Workdir:
+    """A fresh private directory: a tmpfs of `disk_bytes` where we may mount, else a plain directory."""
+
+    def __init__(self, m: str, uid: int | None, disk_bytes: int) -> None:
+        root = sandbox_root()
+        os.makedirs(root, mode=0o711, exist_ok=True)
+        self.path = tempfile.mkdtemp(prefix=f"run-{uid}-" if uid is not None else "run-", dir=root)
+        self.mounted = False
+        if m == "root":
+            opts = f"size={disk_bytes},mode=0700,uid={uid},gid={uid}".encode()
+            if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0:
+                self.mounted = True
+            else:
+                _warn_once(f"sandbox: cannot mount a tmpfs working directory ({os.strerror(ctypes.get_errno())}); "
+                           "no disk quota beyond the per-file cap")
+                os.chown(self.path, uid, uid)
+        elif uid is not None:
+            os.chown(self.path, uid, uid)
+
+    def write(self, files: Mapping[str, bytes | str], uid: int | None) -> None:
+        for name, content in files.items():
+            target = self._inside(name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as fh:
+                fh.write(content.encode() if isinstance(content, str) else content)
+            if uid is not None:
+                os.chown(target, uid, uid)
+            if name.endswith((".sh",)) or not os.path.splitext(name)[1]:
+                os.chmod(target, 0o755)
+
+    def read(self, names: Sequence[str], cap: int) -> dict[str, bytes]:
+        found = {}
+        for name in names:
+            target = self._inside(name)
+            if os.path.isfile(target) and not os.path.islink(target) and os.path.getsize(target) <= cap:
+                with open(target, "rb") as fh:
+                    found[name] = fh.read()
+        return found
+
+    def _inside(self, name: str) -> str:
+        target = os.path.normpath(os.path.join(self.path, name))
+        if not target.startswith(self.path + os.sep):
+            raise ValueError(f"sandbox file name {name!r} leaves the working directory")
+        return target
+
+    def remove(self) -> None:
+        if self.mounted and _libc.umount2(self.path.encode(), _MNT_DETACH) != 0:
+            log.error("sandbox: cannot unmount %s: %s", self.path, os.strerror(ctypes.get_errno()))
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
