@@ -169,7 +169,7 @@ def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: f
 
 
 def _figures(results, sweep, runtime, out: Path) -> None:
-    import matplotlib
+    import matplotlib  # heavy, and only the figures need it: loaded here, not with the comparison
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,4 +1,4 @@
-"""The evaluation's metrics, with design.md's definitions (the same in simulation, live replay and reports).
+"""The evaluation's metrics, with docs/design.md's definitions (the same in simulation, live replay and reports).
 
 - extra delay of a batch: d = C - T, C when its last request finished its last stage, T = Eq. 1-2 on
   its actual r_i, s_ij; mean, p95 and max over batches.
@@ -18,6 +18,8 @@ import numpy as np
 
 @dataclass(frozen=True, eq=False)
 class EvalResult:
+    """What one evaluation of a trace measured, per batch and per stage; `summary()` is what `farm eval` prints."""
+
     policy: str
     scheduler: str
     delay_s: float

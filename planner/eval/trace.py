@@ -1,8 +1,9 @@
-"""The `reward-trace/1` format (design.md): a JSON Lines header naming the stages, then one line per batch.
+"""The `reward-trace/1` format (docs/design.md): a JSON Lines header naming the stages, then one line per batch.
 
 Readers and writers of traces (the generator, the evaluation, the recorder) all go through this module,
 so a file that loads here is one every tool can replay. The reader ignores unknown keys and rejects a
-malformed file with a `TraceError` naming the file and the line.
+malformed file with a `TraceError` naming the file and the line; the checks of each line, and the
+format's constants, are `planner.eval.traceparse`'s.
 """
 
 from __future__ import annotations
@@ -13,22 +14,30 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
 import farm
+from planner.eval.traceparse import (
+    FORMAT,
+    OUTCOMES,
+    TIMEOUT_TOLERANCE_S,
+    LineError,
+    batch_fields,
+    decode,
+    header_stages,
+    outcomes_problem,
+)
 
-FORMAT = "reward-trace/1"
-RESOURCES = ("cpu", "gpu", "io")
-# Request outcomes of Figure 6(b) of the paper, by the one-letter code of the optional "outcomes" key.
-OUTCOMES = {"g": "generation failed", "c": "compile failed", "e": "execute error", "s": "success"}
+# the format's constants come from the line checks; they are this module's public names all the same
+__all__ = ["BUNDLED", "BUNDLED_DIR", "FORMAT", "OUTCOMES", "TIMEOUT_TOLERANCE_S", "Trace", "TraceBatch", "TraceError",
+           "TraceStage", "bundled", "dumps", "read", "resolve", "write"]
+
 BUNDLED = ("cuda-colocated", "cuda-disaggregated", "demo")
 BUNDLED_DIR = Path(farm.__file__).resolve().parent / "data" / "traces"
 
 _GZIP_MAGIC = b"\x1f\x8b"
-# A time within this of a stage's timeout counts as "ran to the timeout" (the writer rounds to ms).
-TIMEOUT_TOLERANCE_S = 1e-6
 
 
 class TraceError(ValueError):
@@ -68,7 +77,7 @@ class TraceBatch:
         if not math.isfinite(self.start_s) or self.start_s < 0:
             raise TraceError(f"{where}: start_s must be a finite number >= 0, got {self.start_s!r}")
         if self.outcomes is not None:
-            problem = _outcomes_problem(self.outcomes, requests.shape[0])
+            problem = outcomes_problem(self.outcomes, requests.shape[0])
             if problem:
                 raise TraceError(f"{where}: {problem}")
         requests.setflags(write=False)
@@ -100,12 +109,6 @@ class TraceBatch:
 
     def __hash__(self) -> int:
         return hash((self.task, self.batch, self.start_s, self.outcomes, self.requests.tobytes()))
-
-
-def _outcomes_problem(outcomes: object, n: int) -> str | None:
-    if not isinstance(outcomes, str) or len(outcomes) != n or set(outcomes) - set(OUTCOMES):
-        return f"'outcomes' must be a string of {n} characters from {''.join(OUTCOMES)}"
-    return None
 
 
 @dataclass(frozen=True)
@@ -165,100 +168,6 @@ def _open_text(path: Path) -> io.TextIOBase:
     return open(path, "r", encoding="utf-8")
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-class _Where:
-    """Formats an error message with the file and line it is about."""
-
-    def __init__(self, path: Path, line: int) -> None:
-        self.path, self.line = path, line
-
-    def error(self, message: str) -> TraceError:
-        return TraceError(f"{self.path}:{self.line}: {message}")
-
-
-def _parse_stage(obj: Any, k: int, where: _Where) -> TraceStage:
-    if not isinstance(obj, dict):
-        raise where.error(f"stage {k} must be an object, got {type(obj).__name__}")
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        raise where.error(f"stage {k}: 'name' must be a non-empty string")
-    resource = obj.get("resource")
-    if resource not in RESOURCES:
-        raise where.error(f"stage {name!r}: 'resource' must be one of {', '.join(RESOURCES)}, got {resource!r}")
-    values = {}
-    for key in ("cost", "timeout_s"):
-        v = obj.get(key)
-        if not _is_number(v) or not math.isfinite(v) or v <= 0:
-            raise where.error(f"stage {name!r}: {key!r} must be a finite number > 0, got {v!r}")
-        values[key] = float(v)
-    return TraceStage(name=name, resource=resource, cost=values["cost"], timeout_s=values["timeout_s"])
-
-
-def _parse_header(obj: Any, where: _Where) -> tuple[TraceStage, ...]:
-    if not isinstance(obj, dict):
-        raise where.error("the header must be a JSON object")
-    if obj.get("format") != FORMAT:
-        raise where.error(f"not a {FORMAT} trace: header 'format' is {obj.get('format')!r}")
-    raw = obj.get("stages")
-    if not isinstance(raw, list) or not raw:
-        raise where.error("header 'stages' must be a non-empty list")
-    stages = tuple(_parse_stage(s, k, where) for k, s in enumerate(raw))
-    names = [s.name for s in stages]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise where.error(f"stage names must be unique, repeated: {', '.join(dupes)}")
-    return stages
-
-
-def _parse_batch(obj: Any, stages: tuple[TraceStage, ...], where: _Where) -> TraceBatch:
-    if not isinstance(obj, dict):
-        raise where.error("a batch line must be a JSON object")
-    task = obj.get("task")
-    if not isinstance(task, str) or not task:
-        raise where.error(f"'task' must be a non-empty string, got {task!r}")
-    batch = obj.get("batch")
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 0:
-        raise where.error(f"'batch' must be an integer >= 0, got {batch!r}")
-    start = obj.get("start_s")
-    if not _is_number(start) or not math.isfinite(start) or start < 0:
-        raise where.error(f"'start_s' must be a finite number >= 0, got {start!r}")
-    raw = obj.get("requests")
-    if not isinstance(raw, list) or not raw:
-        raise where.error("'requests' must be a non-empty list of [r_i, s_i1, ..., s_iM]")
-    width = 1 + len(stages)
-    for i, req in enumerate(raw):
-        if not isinstance(req, list) or len(req) != width:
-            raise where.error(
-                f"request {i} must be a list of {width} numbers (r_i and one time per stage), got {_short(req)}"
-            )
-        for x in req:
-            if not _is_number(x) or not math.isfinite(x) or x < 0:
-                raise where.error(f"request {i}: times must be finite numbers >= 0, got {_short(req)}")
-    requests = np.asarray(raw, dtype=np.float64)
-    timeouts = np.array([s.timeout_s for s in stages])
-    over = requests[:, 1:] > timeouts + TIMEOUT_TOLERANCE_S
-    if over.any():
-        i, j = (int(v) for v in np.argwhere(over)[0])
-        raise where.error(
-            f"request {i}: time {requests[i, j + 1]:g} s at stage {stages[j].name!r} "
-            f"exceeds its timeout {stages[j].timeout_s:g} s"
-        )
-    outcomes = obj.get("outcomes")
-    if outcomes is not None:
-        problem = _outcomes_problem(outcomes, len(raw))
-        if problem:
-            raise where.error(problem)
-    return TraceBatch(task=task, batch=batch, start_s=float(start), requests=requests, outcomes=outcomes)
-
-
-def _short(x: Any) -> str:
-    text = json.dumps(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def read(path: str | Path) -> Trace:
     """Load a `.jsonl` or `.jsonl.gz` trace (gzip is detected from the content)."""
     path = Path(path)
@@ -272,18 +181,19 @@ def read(path: str | Path) -> Trace:
     try:
         with f:
             for lineno, line in _lines(f):
-                where = _Where(path, lineno)
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise where.error(f"invalid JSON: {e.msg} (column {e.colno})") from None
-                if stages is None:
-                    stages = _parse_header(obj, where)
-                    continue
-                b = _parse_batch(obj, stages, where)
+                    obj = decode(line)
+                    if stages is None:
+                        stages = tuple(TraceStage(**fields) for fields in header_stages(obj))
+                        names, timeouts = [s.name for s in stages], np.array([s.timeout_s for s in stages])
+                        continue
+                    b = TraceBatch(**batch_fields(obj, names, timeouts))
+                except LineError as e:
+                    raise TraceError(f"{path}:{lineno}: {e}") from None
                 key = (b.task, b.batch)
                 if key in seen:
-                    raise where.error(f"batch {b.task!r}/{b.batch} already appeared on line {seen[key]}")
+                    raise TraceError(
+                        f"{path}:{lineno}: batch {b.task!r}/{b.batch} already appeared on line {seen[key]}")
                 seen[key] = lineno
                 batches.append(b)
     except (OSError, EOFError, UnicodeDecodeError) as e:

@@ -37,7 +37,7 @@ from farm.knobs import Knobs
 from planner.policy.estimate import estimate
 from planner.policy.search import search
 from planner.policy.simulate import peak_busy
-from planner.policy.snapshot import ActiveBatch, Decision, Snapshot
+from planner.policy.snapshot import DONE, ActiveBatch, Decision, Snapshot
 
 POLICIES = ("distrs", "history", "ideal", "zq-dedicated", "static:N1,N2,...")
 TOLERANCE = 0.1  # keep a pool up to 10% above its need rather than retire a worker or two
@@ -91,7 +91,7 @@ def _zero_queue_peaks(h: np.ndarray) -> np.ndarray:
 
 def _zq_batch(snapshot: Snapshot, b: ActiveBatch, lookahead: float) -> np.ndarray:
     m = len(snapshot.stages)
-    live = b.state != 2
+    live = b.state != DONE
     present = np.bincount(b.stage[live], minlength=m)[:m]  # never fewer than what is at each stage now
     h = snapshot.history.get(b.task)
     if h is None or not len(h):
@@ -123,7 +123,7 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
     for b, key in zip(snapshot.batches, keys):
         if key - snapshot.now > horizon:
             continue
-        live = b.state != 2
+        live = b.state != DONE
         if b.outstanding > 0:
             may[:] = 1
         elif live.any():

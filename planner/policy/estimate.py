@@ -23,7 +23,7 @@ import random
 
 import numpy as np
 
-from planner.policy.snapshot import RUNNING, ActiveBatch, Snapshot
+from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Snapshot
 from planner.policy.workload import Workload
 
 _EPS = 1e-6  # a running request has at least this much left
@@ -98,7 +98,7 @@ def estimate(snapshot: Snapshot, rng: random.Random, *, oracle: bool = False) ->
     arrivals, times, running, batch, deadlines = [], [], [], [], []
     cold: list[str] = []
     for bi, b in enumerate(snapshot.batches):
-        live = b.state != 2
+        live = b.state != DONE
         k, state, since = b.stage[live], b.state[live], b.since[live]
         is_run = state == RUNNING
         elapsed = now - since

@@ -2,9 +2,9 @@
 
 The stages form a tandem network without feedback and every stage's dispatch depends only on what
 reaches that stage (arrival order, the batches' fixed EBF keys, its own workers). So the simulation
-sweeps the stages in pipeline order, one array-based event loop each, and that is exact: a request's
-finish at stage j is its arrival at its next visited stage. It also lets Algorithm 1 keep the stages
-before the one it searches (`Prefix`) and exit at the first violation.
+sweeps the stages in pipeline order, one array-based event loop each (`planner.policy.sweep`), and that
+is exact: a request's finish at stage j is its arrival at its next visited stage. It also lets
+Algorithm 1 keep the stages before the one it searches (`Prefix`) and exit at the first violation.
 
 Dispatch is modelled as the live farm does it: a free worker takes the most urgent waiting request
 (EBF: smallest batch key, then earliest arrival at the stage; FCFS: earliest arrival); a running request
@@ -19,15 +19,14 @@ not counted: that is what is still possible.
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
+from farm.knobs import SCHEDULERS
+from planner.policy.sweep import slots, sweep_ebf, sweep_fcfs
 from planner.policy.workload import Workload
 
-SCHEDULERS = ("ebf", "fcfs")
 _INF = float("inf")
 
 
@@ -47,84 +46,6 @@ class Prefix:
 
     stage: int
     ready: np.ndarray
-
-
-def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> list[float]:
-    """When each of the stage's `n_workers` workers is first free (a heap)."""
-    n_workers = max(int(n_workers), 0)
-    busy = np.sort(running_finish)
-    r = len(busy)
-    if n_workers < r:  # busy workers beyond the pool leave as they finish, the first to finish first
-        out = busy[r - n_workers:].tolist() if n_workers else []
-    else:
-        starting = int(min(w.starting[k], max(w.workers[k] - r, 0)))
-        idle = max(int(w.workers[k]) - r - starting, 0)
-        extra = n_workers - r
-        now_ready = min(idle, extra)
-        out = busy.tolist() + [w.now] * now_ready + [w.now + w.startup_s] * (extra - now_ready)
-    heapq.heapify(out)
-    return out
-
-
-def _sweep_fcfs(arr, srv, free, cut):
-    """FCFS: in arrival order, each request takes the first worker free. `arr` ends with an inf sentinel."""
-    n = len(arr) - 1
-    fin = [0.0] * n
-    heapreplace = heapq.heapreplace
-    for i in range(n):
-        a = arr[i]
-        w = free[0]
-        t = a if a >= w else w
-        f = t + srv[i]
-        heapreplace(free, f)
-        fin[i] = f
-        if t > cut[i]:
-            return fin, i
-    return fin, -1
-
-
-def _sweep_ebf(arr, srv, grp, groups, free, cut):
-    """EBF: a free worker takes the head of the most urgent waiting FIFO; `grp` is the rank of the
-    request's batch key (equal keys share a FIFO, ordered by arrival). `arr` ends with an inf sentinel."""
-    n = len(arr) - 1
-    fin = [0.0] * n
-    fifo = [deque() for _ in range(groups)]
-    urgent: list[int] = []  # heap of the ranks that have requests waiting
-    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    i, t = 0, -_INF
-    while i < n or urgent:
-        w = free[0]
-        if not urgent:
-            a = arr[i]
-            if a >= w and arr[i + 1] > a:  # a free worker and no rival arrival: start now
-                f = a + srv[i]
-                heapreplace(free, f)
-                fin[i] = f
-                if a > cut[i]:
-                    return fin, i
-                t = a
-                i += 1
-                continue
-            t = a if a > w else w
-        elif w > t:
-            t = w
-        while i < n and arr[i] <= t:  # (an unserved upstream request arrives at inf, like the sentinel)
-            g = grp[i]
-            q = fifo[g]
-            if not q:
-                heappush(urgent, g)
-            q.append(i)
-            i += 1
-        q = fifo[urgent[0]]
-        p = q.popleft()
-        if not q:
-            heappop(urgent)
-        f = t + srv[p]
-        heapreplace(free, f)
-        fin[p] = f
-        if t > cut[p]:
-            return fin, p
-    return fin, -1
 
 
 class Simulator:
@@ -263,9 +184,9 @@ class Simulator:
                 fin = [_INF] * len(srv)
                 bad = 0
             elif self.scheduler == "fcfs":
-                fin, bad = _sweep_fcfs(arr, srv, free, cut)
+                fin, bad = sweep_fcfs(arr, srv, free, cut)
             else:
-                fin, bad = _sweep_ebf(arr, srv, grp, self.groups, free, cut)
+                fin, bad = sweep_ebf(arr, srv, grp, self.groups, free, cut)
             if bad >= 0 and stop_early:
                 return False
             fin_a = np.asarray(fin)

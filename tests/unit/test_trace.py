@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from farm.pipeline import RESOURCES
 from planner.eval import trace as tracefile
 from planner.eval.trace import Trace, TraceBatch, TraceError, TraceStage
 
@@ -260,7 +261,7 @@ def test_resolve_prefers_an_existing_file_and_falls_back_to_a_bundled_name(tmp_p
 def traces(draw):
     """Valid traces of any shape, with times at millisecond precision (what a file holds)."""
     timeouts = draw(st.lists(st.integers(1, 200_000), min_size=1, max_size=3))
-    stages = tuple(TraceStage(f"s{j}", draw(st.sampled_from(tracefile.RESOURCES)), draw(st.integers(1, 16)) / 2,
+    stages = tuple(TraceStage(f"s{j}", draw(st.sampled_from(RESOURCES)), draw(st.integers(1, 16)) / 2,
                               t / 1000) for j, t in enumerate(timeouts))
     keys = draw(st.lists(st.tuples(st.sampled_from(["a", "b", "é task"]), st.integers(0, 5)), unique=True,
                          max_size=5))

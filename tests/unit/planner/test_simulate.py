@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.policy.simulate import simulate
+from planner.policy.simulate import Simulator, simulate
 from planner.policy.workload import Workload, single_stage
 
 # Figure 9 of the paper: one stage, five requests, D = 0. The history's times (a) and this batch's (b),
@@ -131,8 +131,6 @@ queued_or_running = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(queued_or_running, st.sampled_from(["ebf", "fcfs"]), st.integers(0, 8))
 def test_the_queue_free_run_equals_the_event_loop_with_a_worker_per_request(reqs, scheduler, now):
-    from planner.policy.simulate import Simulator
-
     times = np.array([[float(c), float(e)] for _, c, e, _, _ in reqs])
     running = np.array([r and (t > 0).any() for (*_, r), t in zip(reqs, times)])
     arrival = np.array([float(a) for a, *_ in reqs])

@@ -1,0 +1,251 @@
+"""The simulated farm of the replay: elastic pools, the trace's batches, the stage queues and the accounting.
+
+The handlers (`planner.eval.handlers`) change this state one event at a time, the loop asks it for the
+policy's snapshot and applies the decision. Pools grow by workers that are ready `startup_s` later, and
+shrink by retiring idle workers at once, then workers still starting, then busy ones as they finish their
+request (the first to finish leaves first). A free worker takes the most urgent request of its stage
+(EBF: the batch key of the latest decision, then queue time; FCFS: queue time), so queued requests are
+re-ordered when a decision changes a key, as in the live queues.
+
+Three optional physical effects, all off by default (`farm eval` models none), for `farm replay`'s
+prediction of a live run with parameters measured on that run:
+
+- start-up under load: a new worker is ready `startup_s + startup_per_start_s x n` later, n the workers
+  still starting at that moment plus its rank among the decision's new workers (stage order): start-ups
+  share the machine's CPUs and finish in turn.
+- exit lag: a retired worker still exists for `retire_s` (an idle or starting one from its retirement, a
+  busy one from the end of its request): allocated, no longer part of its pool, taking no request.
+- dispatch latency: a request a free worker takes reaches it `dispatch_s` later (the queue's round trip),
+  the worker held meanwhile; the request's stage ends `dispatch_s` + its time after it was taken.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from farm.knobs import Knobs
+from planner.eval.kernel import EventQueue
+from planner.eval.trace import Trace, TraceBatch
+from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision, Snapshot, StageState
+
+# Event kinds, each also its priority at one instant: workers free up and arrive before requests are dispatched
+FINISH, READY, OPEN, ARRIVE, TICK, LEAVE = range(6)
+
+
+@dataclass
+class Pool:
+    """The workers of one stage (of one task's own pools under `zq-dedicated`) and the requests they serve."""
+
+    idle: int = 0
+    busy: int = 0
+    starting: dict = field(default_factory=dict)  # worker id -> ready time
+    target: int = 0
+    leaving: int = 0  # retired, not gone yet (exit lag): allocated, not in the pool
+    queues: dict = field(default_factory=dict)  # batch index -> deque of (queued at, seq, request)
+
+    @property
+    def count(self) -> int:
+        return self.idle + self.busy + len(self.starting)
+
+    @property
+    def allocated(self) -> int:
+        return self.count + self.leaving
+
+
+class Batch:
+    """A trace batch under replay: per request, its current stage, state and since when (as the daemon sees)."""
+
+    def __init__(self, index: int, tb: TraceBatch) -> None:
+        order = np.argsort(tb.requests[:, 0], kind="stable")
+        self.index, self.tb = index, tb
+        self.id = f"{tb.task}/{tb.batch}"
+        self.requests = tb.requests[order]  # in arrival order: the arrived ones are a prefix
+        self.size = len(order)
+        self.stage = np.zeros(self.size, dtype=np.int64)
+        self.state = np.zeros(self.size, dtype=np.int8)
+        self.since = np.zeros(self.size)
+        self.arrived = self.done = 0
+        self.key = math.inf
+        self.completed_at: float | None = None
+        self.earliest = tb.start_s + float((self.requests[:, 0] + self.requests[:, 1:].sum(axis=1)).max())
+
+    def next_stage(self, i: int, after: int) -> int:
+        """The first stage after `after` that request i visits; -1 when it has none left."""
+        times = self.requests[i, 1 + after + 1:]
+        visited = np.flatnonzero(times > 0)
+        return after + 1 + int(visited[0]) if len(visited) else -1
+
+
+class FarmState:
+    """Everything the replay's handlers share: the pools, the batches, the event queue and the metrics' sums."""
+
+    def __init__(self, trace: Trace, knobs: Knobs, *, kind: str, pipeline: str, startup_s: float,
+                 startup_per_start_s: float, retire_s: float, policy_startup_s: float, dispatch_s: float) -> None:
+        self.trace, self.knobs, self.kind, self.pipeline = trace, knobs, kind, pipeline
+        self.startup_s, self.startup_per_start_s = startup_s, startup_per_start_s
+        self.retire_s, self.policy_startup_s, self.dispatch_s = retire_s, policy_startup_s, dispatch_s
+        self.dedicated = kind == "zq-dedicated"
+        self.m = len(trace.stages)
+        self.queues = [f"{pipeline}.{s.name}" for s in trace.stages]
+        self.batches = [Batch(i, tb) for i, tb in enumerate(trace.batches)]
+        self.active: dict[int, Batch] = {}
+        self.history: dict[str, np.ndarray] = {}  # task -> its latest completed batch's requests
+        self.pools: dict[tuple[int, str | None], Pool] = {}  # (stage, task under zq-dedicated else None)
+        self.events = EventQueue()
+        self.ids = itertools.count()  # worker ids
+        self.seq = itertools.count()  # queue order of requests queued at the same instant
+        self.remaining = len(self.batches)
+        # a replay that has not finished a day after the last arrival never will
+        self.stall_at = max(b.tb.start_s + float(b.requests[:, 0].max()) for b in self.batches) + 86400.0
+        for b in self.batches:
+            self.events.push(b.tb.start_s, OPEN, b)
+        self.t0 = min(b.tb.start_s for b in self.batches)
+        self.events.push(self.t0, TICK, None)
+        # the metrics' sums: allocated and busy worker-seconds per stage, pool sizes, decisions
+        self.alloc = np.zeros(self.m)
+        self.busy_s = np.zeros(self.m)
+        self.timeline: list[tuple[float, tuple[int, ...]]] = []
+        self.decisions: list[tuple[float, float, int]] = []
+        self.last = self.t0
+        self.last_counts: tuple[int, ...] | None = None
+
+    def pool(self, k: int, task: str) -> Pool:
+        """The pool of stage k that serves `task` (one per stage unless zq-dedicated), made on first use."""
+        key = (k, task if self.dedicated else None)
+        if key not in self.pools:
+            self.pools[key] = Pool()
+        return self.pools[key]
+
+    def counts(self) -> tuple[int, ...]:
+        """Allocated workers per stage, all pools of a stage together."""
+        out = [0] * self.m
+        for (k, _), p in self.pools.items():
+            out[k] += p.allocated
+        return tuple(out)
+
+    def account(self, now: float) -> None:
+        """Add the workers allocated since the last event to the allocated worker-seconds."""
+        self.alloc += np.asarray(self.counts()) * (now - self.last)
+        self.last = now
+
+    def record(self, now: float) -> None:
+        """Note the pool sizes in the timeline when they changed."""
+        c = self.counts()
+        if c != self.last_counts:
+            self.timeline.append((now, c))
+            self.last_counts = c
+
+    def outstanding(self) -> int:
+        """Requests of the active batches not done yet: what the policy estimates."""
+        return sum(b.size - b.done for b in self.active.values())
+
+    def leave(self, p: Pool, n: int, now: float) -> None:
+        """n workers retired from `p` at `now`: gone at once, or after the exit lag."""
+        if n > 0 and self.retire_s > 0:
+            p.leaving += n
+            self.events.push(now + self.retire_s, LEAVE, (p, n))
+
+    def enqueue(self, b: Batch, i: int, k: int, t: float) -> None:
+        """Request i of `b` joins stage k's queue at `t`."""
+        b.stage[i], b.state[i], b.since[i] = k, QUEUED, t
+        p = self.pool(k, b.tb.task)
+        p.queues.setdefault(b.index, deque()).append((t, next(self.seq), i))
+
+    def finish_request(self, b: Batch, i: int, t: float) -> bool:
+        """Request i of `b` is done at `t`; True when that completes its batch (a decision epoch)."""
+        b.state[i], b.since[i] = DONE, t
+        b.done += 1
+        if b.done < b.size:
+            return False
+        b.completed_at = t
+        self.history[b.tb.task] = b.requests
+        del self.active[b.index]
+        self.remaining -= 1
+        return True
+
+    def snapshot(self, now: float) -> Snapshot:
+        """The farm as the daemon would see it at `now`."""
+        stage_states = []
+        for k, s in enumerate(self.trace.stages):
+            here = [p for (j, _), p in self.pools.items() if j == k]
+            stage_states.append(StageState(
+                s.name, s.resource, s.cost, s.timeout_s, self.queues[k], workers=sum(p.count for p in here),
+                starting=sum(len(p.starting) for p in here)))
+        live = []
+        for b in self.active.values():
+            a = b.arrived
+            live.append(ActiveBatch(
+                id=b.id, task=b.tb.task, start_s=b.tb.start_s, size=b.size,
+                key=b.key if math.isfinite(b.key) else math.nan,
+                arrival=b.requests[:a, 0], stage=b.stage[:a], state=b.state[:a], since=b.since[:a],
+                oracle=b.requests if self.kind == "ideal" else None))
+        return Snapshot(now=now, pipeline=self.pipeline, stages=tuple(stage_states), batches=tuple(live),
+                        history=dict(self.history), startup_s=self.policy_startup_s)
+
+    def apply(self, decision: Decision, now: float) -> None:
+        """Take the decision's batch keys and resize the pools to its targets."""
+        m, queues, pools = self.m, self.queues, self.pools
+        for b in self.active.values():
+            b.key = decision.estimates.get(b.id, b.key)
+        if self.dedicated:
+            targets = {(k, task): d[queues[k]] for task, d in (decision.dedicated or {}).items() for k in range(m)}
+            for key in list(pools):
+                targets.setdefault(key, 0)
+        else:
+            targets = {(k, None): decision.workers[queues[k]] for k in range(m)}
+        for (k, task), n in targets.items():
+            p = pools.setdefault((k, task), Pool())
+            p.target = int(n)
+            if p.count > p.target:
+                idle = min(p.idle, p.count - p.target)
+                p.idle -= idle
+                self.leave(p, idle, now)
+                for wid in sorted(p.starting, key=lambda w: -p.starting[w])[: max(p.count - p.target, 0)]:
+                    del p.starting[wid]
+                    self.leave(p, 1, now)
+                # busy workers beyond the target leave as they finish (see handlers.on_finish)
+        new = {key: pools[key].target - pools[key].count for key in targets if pools[key].count < pools[key].target}
+        if not new:
+            return
+        # start-ups share the CPUs: the j-th new worker of this decision is ready after those under way
+        # and the j - 1 before it (in stage order, as the live planner spawns them)
+        under_way = sum(len(p.starting) for p in pools.values()) if self.startup_per_start_s > 0 else 0
+        j = 0
+        for key, n in new.items():
+            p = pools[key]
+            for _ in range(n):
+                j += 1
+                ready_at = now + self.startup_s + self.startup_per_start_s * (under_way + j)
+                if ready_at > now:
+                    wid = next(self.ids)
+                    p.starting[wid] = ready_at
+                    self.events.push(ready_at, READY, (p, wid))
+                else:
+                    p.idle += 1
+
+    def dispatch(self, now: float) -> None:
+        """Every free worker takes the most urgent request queued at its stage."""
+        batches, busy_s, events, dispatch_s = self.batches, self.busy_s, self.events, self.dispatch_s
+        ebf = self.knobs.scheduler == "ebf"
+        for (k, _), p in self.pools.items():
+            while p.idle > 0 and p.queues:
+                if ebf:
+                    bi = min(p.queues, key=lambda j: (batches[j].key, p.queues[j][0][0], p.queues[j][0][1]))
+                else:
+                    bi = min(p.queues, key=lambda j: (p.queues[j][0][0], p.queues[j][0][1]))
+                q = p.queues[bi]
+                _, _, i = q.popleft()
+                if not q:
+                    del p.queues[bi]
+                b = batches[bi]
+                b.state[i], b.since[i] = RUNNING, now
+                p.idle -= 1
+                p.busy += 1
+                s = float(b.requests[i, 1 + k])
+                busy_s[k] += s
+                events.push(now + dispatch_s + s if dispatch_s > 0 else now + s, FINISH, (p, b, i, k))

@@ -1,0 +1,96 @@
+"""One stage of SIMULATE as a sweep over its requests in arrival order, with a heap of when workers are free.
+
+`simulate.Simulator` prepares each stage's requests as plain lists (arrival, time, the batch key's rank,
+the latest start that still meets the batch's limit) and hands them here: these loops are the hot path
+of Algorithm 1's probes, so they run on lists and bound methods rather than numpy. Each returns the
+finish times and the first request that starts after its cut (-1: none), where it stops.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+
+from planner.policy.workload import Workload
+
+_INF = float("inf")
+
+
+def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> list[float]:
+    """When each of the stage's `n_workers` workers is first free (a heap)."""
+    n_workers = max(int(n_workers), 0)
+    busy = np.sort(running_finish)
+    r = len(busy)
+    if n_workers < r:  # busy workers beyond the pool leave as they finish, the first to finish first
+        out = busy[r - n_workers:].tolist() if n_workers else []
+    else:
+        starting = int(min(w.starting[k], max(w.workers[k] - r, 0)))
+        idle = max(int(w.workers[k]) - r - starting, 0)
+        extra = n_workers - r
+        now_ready = min(idle, extra)
+        out = busy.tolist() + [w.now] * now_ready + [w.now + w.startup_s] * (extra - now_ready)
+    heapq.heapify(out)
+    return out
+
+
+def sweep_fcfs(arr, srv, free, cut):
+    """FCFS: in arrival order, each request takes the first worker free. `arr` ends with an inf sentinel."""
+    n = len(arr) - 1
+    fin = [0.0] * n
+    heapreplace = heapq.heapreplace
+    for i in range(n):
+        a = arr[i]
+        w = free[0]
+        t = a if a >= w else w
+        f = t + srv[i]
+        heapreplace(free, f)
+        fin[i] = f
+        if t > cut[i]:
+            return fin, i
+    return fin, -1
+
+
+def sweep_ebf(arr, srv, grp, groups, free, cut):
+    """EBF: a free worker takes the head of the most urgent waiting FIFO; `grp` is the rank of the
+    request's batch key (equal keys share a FIFO, ordered by arrival). `arr` ends with an inf sentinel."""
+    n = len(arr) - 1
+    fin = [0.0] * n
+    fifo = [deque() for _ in range(groups)]
+    urgent: list[int] = []  # heap of the ranks that have requests waiting
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    i, t = 0, -_INF
+    while i < n or urgent:
+        w = free[0]
+        if not urgent:
+            a = arr[i]
+            if a >= w and arr[i + 1] > a:  # a free worker and no rival arrival: start now
+                f = a + srv[i]
+                heapreplace(free, f)
+                fin[i] = f
+                if a > cut[i]:
+                    return fin, i
+                t = a
+                i += 1
+                continue
+            t = a if a > w else w
+        elif w > t:
+            t = w
+        while i < n and arr[i] <= t:  # (an unserved upstream request arrives at inf, like the sentinel)
+            g = grp[i]
+            q = fifo[g]
+            if not q:
+                heappush(urgent, g)
+            q.append(i)
+            i += 1
+        q = fifo[urgent[0]]
+        p = q.popleft()
+        if not q:
+            heappop(urgent)
+        f = t + srv[p]
+        heapreplace(free, f)
+        fin[p] = f
+        if t > cut[p]:
+            return fin, p
+    return fin, -1
