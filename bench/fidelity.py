@@ -17,17 +17,20 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from farm.app import live_replay as rp  # noqa: E402
+from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo  # noqa: E402
+from farm.app.live_replay.metrics import within  # noqa: E402
+from farm.knobs import Knobs  # noqa: E402
 
 
 def main(argv=None) -> int:
-    from dataclasses import replace
-
-    from farm.app import live_replay as rp
-    from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo
-    from farm.app.live_replay import parse_tasks
-    from farm.app.live_replay.metrics import within
-    from farm.knobs import Knobs
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="demo", help="a trace file or a bundled trace's name")
     ap.add_argument("--tasks", default="2")
@@ -50,7 +53,7 @@ def main(argv=None) -> int:
         report["predicted_plain"] = rp.predict(trace, Knobs.from_dict(report["knobs"]), plain)
         return report
 
-    report, _ = run_demo(replayer=replayer, speed=args.speed, trace_spec=args.trace, tasks=parse_tasks(args.tasks),
+    report, _ = run_demo(replayer=replayer, speed=args.speed, trace_spec=args.trace, tasks=rp.parse_tasks(args.tasks),
                          batches=args.batches, max_workers=args.max_workers, startup_s=args.startup_s, png=False,
                          worker_nice=args.worker_nice, worker_events=args.worker_events,
                          say=lambda msg: print(msg, file=sys.stderr))

@@ -67,7 +67,7 @@ def busy_over_time(spans: Sequence[tuple[float, float]], t: np.ndarray) -> np.nd
 def plot(path: Path, report: dict[str, Any], engine: Any, trace: Any, ideal: Any, predicted: Any = None,
          pipeline: str = "synthetic") -> Path:
     """Workers over time per stage: measured on the farm, predicted by `farm eval`, the `ideal` policy's, busy."""
-    import matplotlib
+    import matplotlib  # heavy, and only the PNG needs it: loaded here, not with the demo
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,13 +1,32 @@
-"""The planner daemon's record of each decision: when, why, under which policy, what it chose, how long it took."""
+"""The planner daemon's record of each decision: when, why, under which policy, what it chose, how long it took.
+
+One `DecisionRecord` serves both ways: the daemon makes one per decision and the store keeps it
+(`save_decision`), and the queries read them back (`farm.store.queries.decisions`) with their `id`.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sqlalchemy import Engine, insert
 
 from farm.store.models import Decision
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One decision as the store keeps it (the `decisions` table's columns); `id` is None until stored."""
+
+    at: float
+    reason: str
+    policy: str
+    workers: Mapping[str, int]  # applied target, by stage queue
+    runtime_s: float  # the policy's own time
+    estimates: Mapping[str, float]  # batch id -> estimated completion time T
+    details: Mapping[str, Any] | None = field(default_factory=dict)
+    id: int | None = None
 
 
 def record_decision(
@@ -42,3 +61,9 @@ def record_decision(
                                     details=dict(details) if details is not None else None)
             .returning(Decision.id)
         ).scalar_one()
+
+
+def save_decision(engine: Engine, record: DecisionRecord) -> int:
+    """Store a daemon's record of a decision (its `id` is not used: the store gives one) and return the id."""
+    return record_decision(engine, at=record.at, reason=record.reason, policy=record.policy, workers=record.workers,
+                           runtime_s=record.runtime_s, estimates=record.estimates, details=record.details)

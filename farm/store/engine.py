@@ -1,6 +1,8 @@
 """Connecting to the history store and migrating it: PostgreSQL in deployment, a SQLite file embedded.
 
 Alembic's files ship inside the `migrations` package, so `farm db upgrade` works from an installed wheel.
+Alembic itself is imported only where a migration is run or checked: the recorder, the planner and the
+reports open a store without it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import sessionmaker
 
 import migrations
@@ -91,8 +94,6 @@ def _with_connection(url: str, fn):
     except Exception as exc:
         if isinstance(exc, StoreError):
             raise
-        from sqlalchemy.exc import OperationalError
-
         if isinstance(exc, OperationalError):
             raise StoreError(f"cannot reach the history store at {safe_url(url)}: {exc.orig}") from exc
         raise

@@ -1,23 +1,21 @@
-"""Read-only questions the planner daemon and the reports ask of the history, with design.md's metric definitions.
+"""Read-only questions the planner daemon and the reports ask of the history: a task's previous batches,
+the batches in flight, the extra delays (docs/design.md's d) and the decisions taken.
 
-Windows are `[start, end)` in epoch seconds; `None` leaves a side open. A worker that still exists
-counts up to `end` (or now when `end` is open).
+Windows are `[start, end)` in epoch seconds; `None` leaves a side open. The workers' accounting
+(allocated and busy seconds, consumption) is `farm.store.accounting`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, func, select
 
 from farm import registry
-from farm.knobs import Knobs
-from farm.pipeline import UnknownPipeline
-from farm.store.models import Batch, Decision, Request, RequestStage, Task, Worker
+from farm.store.decisions import DecisionRecord
+from farm.store.models import Batch, Decision, Request, RequestStage, Task
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,34 +43,9 @@ class DelaySummary:
 
 
 @dataclass(frozen=True)
-class StageUsage:
-    stage: str  # queue, "<pipeline>.<stage>"
-    resource: str  # cpu | gpu | io, or "unknown" for a pipeline this process cannot load
-    cost: float
-    allocated_s: float  # integral of the workers that exist (starting, idle or busy)
-    busy_s: float  # sum of s_ij run in the window, the physical floor
-
-    @property
-    def normalised(self) -> float:
-        """allocated / busy (1.0 is perfect); inf when workers existed and did nothing."""
-        if self.busy_s > 0:
-            return self.allocated_s / self.busy_s
-        return float("inf") if self.allocated_s > 0 else 1.0
-
-
-@dataclass(frozen=True)
-class WorkerLife:
-    name: str
-    stage: str
-    backend: str | None
-    spawned_at: float
-    ready_at: float | None
-    retired_at: float | None
-
-
-@dataclass(frozen=True)
-class ActiveBatch:
-    """A batch opened and neither completed nor cancelled, as far as the store has recorded."""
+class InFlightBatch:
+    """A batch opened and neither completed nor cancelled, as far as the store has recorded (the store's
+    progress record; the policy's view of an active batch is `planner.policy.snapshot.ActiveBatch`)."""
 
     id: str
     task: str | None
@@ -81,18 +54,6 @@ class ActiveBatch:
     arrived: int  # requests recorded as arrived
     done: int  # requests with a result
     estimated_at: float | None  # the planner's latest estimate T (the EBF key)
-
-
-@dataclass(frozen=True)
-class DecisionRecord:
-    id: int
-    at: float
-    reason: str
-    policy: str
-    workers: Mapping[str, int]
-    runtime_s: float
-    estimates: Mapping[str, float]
-    details: Mapping[str, Any] | None
 
 
 # ---------------------------------------------------------------- previous batches
@@ -172,88 +133,10 @@ def previous_batch(engine: Engine, task: str, *, before: float | None = None,
     return found[0] if found else None
 
 
-# ---------------------------------------------------------------- accounting
+# ---------------------------------------------------------------- batches in flight, extra delays, decisions
 
 
-def _window(start: float | None, end: float | None) -> tuple[float, float]:
-    return (float("-inf") if start is None else start, time.time() if end is None else end)
-
-
-def worker_lives(engine: Engine, start: float | None = None, end: float | None = None,
-                 *, stage: str | None = None) -> list[WorkerLife]:
-    """Worker lives that overlap the window, by spawn time."""
-    lo, hi = _window(start, end)
-    query = select(Worker).where(Worker.spawned_at < hi)
-    if start is not None:
-        query = query.where((Worker.retired_at.is_(None)) | (Worker.retired_at > lo))
-    if stage is not None:
-        query = query.where(Worker.stage == stage)
-    with engine.connect() as conn:
-        rows = conn.execute(query.order_by(Worker.spawned_at, Worker.id)).all()
-    return [WorkerLife(w.name, w.stage, w.backend, w.spawned_at, w.ready_at, w.retired_at) for w in rows]
-
-
-def allocated_seconds(engine: Engine, start: float | None = None, end: float | None = None) -> dict[str, float]:
-    """Per stage, the integral over the window of the number of workers that exist (spawned, not retired)."""
-    lo, hi = _window(start, end)
-    out: dict[str, float] = {}
-    for life in worker_lives(engine, start, end):
-        until = hi if life.retired_at is None else min(hi, life.retired_at)
-        out[life.stage] = out.get(life.stage, 0.0) + max(0.0, until - max(lo, life.spawned_at))
-    return out
-
-
-def busy_seconds(engine: Engine, start: float | None = None, end: float | None = None) -> dict[str, float]:
-    """Per stage, the seconds requests ran there (sum of s_ij), clipped to the window."""
-    lo, hi = _window(start, end)
-    s, f = RequestStage.started_at, RequestStage.finished_at
-    begin = case((s < lo, lo), else_=s) if start is not None else s
-    clipped = case((f > hi, hi), else_=f) - begin
-    query = (
-        select(RequestStage.stage, func.sum(case((clipped > 0, clipped), else_=0.0)))
-        .where(s.is_not(None), f.is_not(None), s < hi)
-        .group_by(RequestStage.stage)
-    )
-    if start is not None:
-        query = query.where(f > lo)
-    with engine.connect() as conn:
-        return {stage: float(total or 0.0) for stage, total in conn.execute(query)}
-
-
-def stage_usage(engine: Engine, start: float | None = None, end: float | None = None, knobs=None) -> list[StageUsage]:
-    """Allocated and busy seconds per stage, with its resource kind and cost (the knob's override first)."""
-    allocated = allocated_seconds(engine, start, end)
-    busy = busy_seconds(engine, start, end)
-    out = []
-    for stage in sorted(set(allocated) | set(busy)):
-        resource, own = "unknown", SimpleNamespace(queue=stage, cost=1.0)  # a pipeline this process cannot load
-        try:
-            _, own = registry.stage_by_queue(stage)
-            resource = own.resource
-        except UnknownPipeline:
-            pass
-        cost = (knobs or Knobs()).cost_of(own)
-        out.append(StageUsage(stage, resource, cost, allocated.get(stage, 0.0), busy.get(stage, 0.0)))
-    return out
-
-
-def resource_seconds(usage: Sequence[StageUsage]) -> dict[str, float]:
-    """Allocated worker-seconds per resource kind (cpu-seconds, gpu-seconds, ...)."""
-    out: dict[str, float] = {}
-    for u in usage:
-        out[u.resource] = out.get(u.resource, 0.0) + u.allocated_s
-    return out
-
-
-def consumption(usage: Sequence[StageUsage]) -> float:
-    """Resource consumption: sum over stages of C_j x allocated_j."""
-    return sum(u.cost * u.allocated_s for u in usage)
-
-
-# ---------------------------------------------------------------- extra delays, active batches, decisions
-
-
-def active_batches(engine: Engine) -> list[ActiveBatch]:
+def active_batches(engine: Engine) -> list[InFlightBatch]:
     """Batches in flight with their progress (arrived and done out of size), oldest first."""
     arrived = func.count(Request.arrived_at)
     done = func.count(Request.finished_at)
@@ -265,7 +148,7 @@ def active_batches(engine: Engine) -> list[ActiveBatch]:
         .order_by(Batch.opened_at, Batch.id)
     )
     with engine.connect() as conn:
-        return [ActiveBatch(*row) for row in conn.execute(query)]
+        return [InFlightBatch(*row) for row in conn.execute(query)]
 
 
 def batch_delays(engine: Engine, start: float | None = None, end: float | None = None,
@@ -284,6 +167,7 @@ def batch_delays(engine: Engine, start: float | None = None, end: float | None =
 
 def extra_delays(engine: Engine, start: float | None = None, end: float | None = None,
                  *, task: str | None = None) -> DelaySummary:
+    """Mean, p95 and max of d over the batches completed in the window (of one task, if given)."""
     delays = np.array([d for _, _, d in batch_delays(engine, start, end, task=task)], dtype=np.float64)
     if delays.size == 0:
         return DelaySummary(0, 0.0, 0.0, 0.0)
@@ -291,6 +175,7 @@ def extra_delays(engine: Engine, start: float | None = None, end: float | None =
 
 
 def decisions(engine: Engine, start: float | None = None, end: float | None = None) -> list[DecisionRecord]:
+    """The planner's decisions taken in the window, in order, each with its id."""
     query = select(Decision)
     if start is not None:
         query = query.where(Decision.at >= start)
@@ -298,4 +183,5 @@ def decisions(engine: Engine, start: float | None = None, end: float | None = No
         query = query.where(Decision.at < end)
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(Decision.at, Decision.id)).all()
-    return [DecisionRecord(d.id, d.at, d.reason, d.policy, d.workers, d.runtime_s, d.estimates, d.details) for d in rows]
+    return [DecisionRecord(d.at, d.reason, d.policy, d.workers, d.runtime_s, d.estimates, d.details, id=d.id)
+            for d in rows]

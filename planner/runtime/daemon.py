@@ -1,13 +1,17 @@
 """The planner daemon: at every decision epoch, the live farm -> the policy -> worker pools and EBF keys.
 
 A thin shell around the pure policy (`decide(snapshot, knobs, rng)`): it wakes when a batch opens (the
-trainer's hint, so workers start during rollout) or completes, and on a periodic tick (`knobs.tick_s`)
-as a safety net for a lost message; reads the knobs afresh every time (so `farm knobs` takes effect at
-the next decision); clamps each stage to its min/max workers; retires idle workers first through the
-backend; writes each batch's estimated completion time where EBF reads it; and records the decision.
+trainer's hint, so workers start during rollout) or completes, and on a periodic tick (`knobs.tick_s`):
+the policy sizes each pool for what its plan keeps busy until the next decision, so the tick is how the
+pools follow the plan (and how a lost epoch message is made up for). It reads the knobs afresh every
+time (so `farm knobs` takes effect at the next decision); clamps each stage to its min/max workers;
+retires idle workers first through the backend; writes each batch's estimated completion time where EBF
+reads it; and records the decision.
 
 It keeps no state a restart would need: pools are what the backend lists, batches what the farm shows,
 so after a `kill -9` a new daemon reconciles the backend and carries on with the workers that run.
+Its wake-ups are `planner.runtime.epochs`; what it reads per pipeline and takes from a decision,
+`planner.runtime.view`; the pool changes, `planner.runtime.pools`.
 
 The first batch of a task has no history to estimate its requests from. It borrows the other tasks'
 history of its pipeline (the live view puts it in the snapshot, the policy pools it). A batch whose
@@ -20,23 +24,20 @@ that many workers per stage (within `max_workers` and the batch size) while a co
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from farm.knobs import Knobs
+from farm.store.decisions import DecisionRecord
+from planner.runtime.epochs import Wakeup
 from planner.runtime.pools import Changes, PoolWorker, clamp, plan
+from planner.runtime.view import LiveView, PipelineView, cold_floor, decision_estimates, decision_workers
 
 log = logging.getLogger("farm.planner")
-
-
-# ------------------------------------------------------------------------------------------- interfaces
 
 
 class Backend(Protocol):
@@ -51,61 +52,7 @@ class Backend(Protocol):
     def reconcile(self) -> Sequence[Any]: ...
 
 
-@dataclass(frozen=True)
-class PipelineView:
-    """One pipeline of the live farm as the policy needs it, plus what applying a decision needs."""
-
-    pipeline: str
-    stages: tuple[str, ...]  # stage queues "<pipeline>.<stage>", in pipeline order
-    snapshot: Any  # the policy's Snapshot
-    batch_sizes: Mapping[str, int] = field(default_factory=dict)  # active batch id -> B
-    cold: tuple[str, ...] = ()  # active batches with no history anywhere in their pipeline
-    busy: Mapping[str, float] = field(default_factory=dict)  # worker name -> when its request started
-
-
-class LiveView(Protocol):
-    def read(self, now: float, knobs: Knobs, workers: Sequence[Any]) -> Sequence[PipelineView]:
-        """One view per pipeline to decide for; `workers` are the backend's (the pools)."""
-
-
-@dataclass(frozen=True)
-class DecisionRecord:
-    """What the store keeps of one decision (the `decisions` table's columns)."""
-
-    at: float
-    reason: str
-    policy: str
-    workers: Mapping[str, int]  # applied target, by stage queue
-    runtime_s: float  # the policy's own time
-    estimates: Mapping[str, float]  # batch id -> estimated completion time T
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
 DecideFn = Callable[[Any, Knobs, random.Random], Any]
-
-
-# ------------------------------------------------------------------------------------------- decisions
-
-
-def decision_workers(decision: Any, stages: Sequence[str]) -> dict[str, int]:
-    """The policy's workers per stage queue (`planner.policy.snapshot.Decision.workers`), every stage present."""
-    missing = [q for q in stages if q not in decision.workers]
-    if missing:
-        raise ValueError(f"the decision names no workers for stage {', '.join(missing)}: {dict(decision.workers)}")
-    return {q: int(decision.workers[q]) for q in stages}
-
-
-def decision_estimates(decision: Any) -> dict[str, float]:
-    """Each batch's estimated completion time T, the finite ones (the EBF keys to write)."""
-    return {str(b): float(t) for b, t in decision.estimates.items() if t is not None and math.isfinite(t)}
-
-
-def cold_floor(view: PipelineView, knobs: Knobs, cold_workers: int) -> dict[str, int]:
-    """The operator's floor for cold batches: `cold_workers` per stage, within max_workers and the batch size."""
-    if not view.cold or cold_workers <= 0:
-        return {}
-    size = max(view.batch_sizes.get(b, 1) for b in view.cold)
-    return {q: min(cold_workers, size, knobs.stage(q).max_workers) for q in view.stages}
 
 
 def _pool(workers: Sequence[Any], busy: Mapping[str, float]) -> list[PoolWorker]:
@@ -123,10 +70,9 @@ def _pool(workers: Sequence[Any], busy: Mapping[str, float]) -> list[PoolWorker]
     ]
 
 
-# ------------------------------------------------------------------------------------------- the daemon
-
-
 class Daemon:
+    """The shell around the policy: reads the farm, decides, applies and records, once per decision epoch."""
+
     def __init__(
         self,
         *,
@@ -234,7 +180,7 @@ class Daemon:
             except Exception:
                 log.exception("spawning %d workers of %s failed", count, stage)
 
-    def serve(self, wake: "Wakeup", stop: threading.Event) -> None:
+    def serve(self, wake: Wakeup, stop: threading.Event) -> None:
         """Decide at start, at every epoch message and at every tick, until `stop` is set.
 
         Ticks keep their own grid (every `tick_s` from the start, as `farm eval` replays them): an epoch
@@ -268,52 +214,3 @@ class Daemon:
             log.warning("could not read the knobs' tick_s; keeping %g s", current, exc_info=True)
             return current
         return tick if tick > 0 else current
-
-
-# ------------------------------------------------------------------------------------------- wake-ups
-
-
-class Wakeup(Protocol):
-    def wait(self, timeout: float) -> str | None:
-        """The reason of the next epoch ("opened", "completed"), or None after `timeout` seconds."""
-
-
-def epochs_channel(namespace: str) -> str:
-    return f"{namespace}:epochs"
-
-
-class RedisEpochs:
-    """Epoch messages from the farm's pub/sub channel; a burst of them makes one decision."""
-
-    COALESCE_S = 0.02  # messages this close together (a trainer opening several batches) are one epoch
-
-    def __init__(self, client: Any, namespace: str) -> None:
-        self._json = json
-        self.pubsub = client.pubsub(ignore_subscribe_messages=True)
-        self.pubsub.subscribe(epochs_channel(namespace))
-
-    def _kind(self, message: Mapping[str, Any] | None) -> str | None:
-        if not message or message.get("type") != "message":
-            return None
-        data = message.get("data")
-        try:
-            kind = self._json.loads(data).get("kind")
-        except (ValueError, TypeError, AttributeError):
-            kind = None
-        return str(kind) if kind else "epoch"
-
-    def wait(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        kind = None
-        while kind is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            kind = self._kind(self.pubsub.get_message(timeout=left))
-        kinds = {kind}
-        while (more := self._kind(self.pubsub.get_message(timeout=self.COALESCE_S))) is not None:
-            kinds.add(more)
-        return "opened" if "opened" in kinds else sorted(kinds)[0]
-
-    def close(self) -> None:
-        self.pubsub.close()

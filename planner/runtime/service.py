@@ -18,12 +18,13 @@ from farm import registry
 from farm.config import Settings, redis_url
 from farm.knobs import Knobs, from_json, redis_key
 from farm.protocol.dispatch import Dispatch
-from farm.store.decisions import record_decision
+from farm.store.decisions import DecisionRecord, save_decision
 from farm.store.engine import open_store
 from farm.store.knob_store import KnobStore
 from planner.backends import create
 from planner.policy.decide import decide
-from planner.runtime.daemon import Daemon, DecisionRecord, RedisEpochs
+from planner.runtime.daemon import Daemon
+from planner.runtime.epochs import RedisEpochs
 from planner.runtime.live import LiveFarm
 
 log = logging.getLogger("farm.planner")
@@ -86,8 +87,7 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
     dispatch = Dispatch(settings, client)
 
     def record(r: DecisionRecord) -> None:
-        record_decision(engine, at=r.at, reason=r.reason, policy=r.policy, workers=r.workers,
-                        runtime_s=r.runtime_s, estimates=r.estimates, details=dict(r.details))
+        save_decision(engine, r)
 
     heartbeat = heartbeat_key(settings.namespace)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from farm.knobs import Knobs
-from farm.store import queries
+from farm.store import accounting, queries
 from farm.store.decisions import record_decision
 from farm.store.recorder import Recorder
 from tests.integration.store_support import Emitter
@@ -76,18 +76,18 @@ def test_allocated_seconds_integrate_the_workers_that_exist_over_the_window(engi
     record.emit("worker_retired", worker="g1", stage="synthetic.execute", at=90.0)
     record()
     # c1: 100..150 (starting counts), c2: 120..200 (still there); g1 ended before the window
-    assert queries.allocated_seconds(engine, 100.0, 200.0) == pytest.approx({"synthetic.compile": 130.0})
-    assert queries.allocated_seconds(engine, 140.0, 160.0) == pytest.approx({"synthetic.compile": 30.0})
-    assert queries.allocated_seconds(engine, None, 200.0)["synthetic.execute"] == pytest.approx(40.0)
-    assert [w.name for w in queries.worker_lives(engine, 100.0, 200.0)] == ["c1", "c2"]
+    assert accounting.allocated_seconds(engine, 100.0, 200.0) == pytest.approx({"synthetic.compile": 130.0})
+    assert accounting.allocated_seconds(engine, 140.0, 160.0) == pytest.approx({"synthetic.compile": 30.0})
+    assert accounting.allocated_seconds(engine, None, 200.0)["synthetic.execute"] == pytest.approx(40.0)
+    assert [w.name for w in accounting.worker_lives(engine, 100.0, 200.0)] == ["c1", "c2"]
 
 
 def test_busy_seconds_sum_stage_times_clipped_to_the_window(engine, record):
     record.emit.batch("b1", "t1", 100.0, [[0.0, 10.0, 4.0], [20.0, 6.0, 0.0]], completed_at=130.0)
     record()
     # compile: 100..110 and 120..126; execute: 110..114
-    assert queries.busy_seconds(engine) == pytest.approx({"synthetic.compile": 16.0, "synthetic.execute": 4.0})
-    assert queries.busy_seconds(engine, 105.0, 122.0) == pytest.approx({"synthetic.compile": 7.0, "synthetic.execute": 4.0})
+    assert accounting.busy_seconds(engine) == pytest.approx({"synthetic.compile": 16.0, "synthetic.execute": 4.0})
+    assert accounting.busy_seconds(engine, 105.0, 122.0) == pytest.approx({"synthetic.compile": 7.0, "synthetic.execute": 4.0})
 
 
 def test_stage_usage_gives_resource_kind_cost_and_normalised_consumption(engine, record):
@@ -95,14 +95,14 @@ def test_stage_usage_gives_resource_kind_cost_and_normalised_consumption(engine,
     record.emit("worker_retired", worker="g1", stage="synthetic.execute", at=120.0)
     record.emit.batch("b1", "t1", 100.0, [[0.0, 0.0, 5.0]], completed_at=105.0)
     record()
-    (usage,) = queries.stage_usage(engine, 100.0, 200.0)
+    (usage,) = accounting.stage_usage(engine, 100.0, 200.0)
     assert (usage.stage, usage.resource, usage.cost, usage.allocated_s, usage.busy_s) == (
         "synthetic.execute", "gpu", 8.0, 20.0, 5.0)
     assert usage.normalised == pytest.approx(4.0)
-    assert queries.resource_seconds([usage]) == {"gpu": 20.0}
-    assert queries.consumption([usage]) == pytest.approx(160.0)
+    assert accounting.resource_seconds([usage]) == {"gpu": 20.0}
+    assert accounting.consumption([usage]) == pytest.approx(160.0)
     tuned = Knobs().with_stage("synthetic.execute", cost=2.0)
-    assert queries.stage_usage(engine, 100.0, 200.0, knobs=tuned)[0].cost == 2.0
+    assert accounting.stage_usage(engine, 100.0, 200.0, knobs=tuned)[0].cost == 2.0
 
 
 def test_extra_delays_summarise_the_batches_completed_in_the_window(engine, record):
@@ -127,8 +127,8 @@ def test_active_batches_show_their_progress_and_estimate(engine, record):
     record.emit("batch_opened", batch="empty", task="t2", pipeline="synthetic", size=2, opened_at=300.0)
     record()
     assert queries.active_batches(engine) == [
-        queries.ActiveBatch("open", "t2", 3, 200.0, 2, 1, 260.0),
-        queries.ActiveBatch("empty", "t2", 2, 300.0, 0, 0, None),
+        queries.InFlightBatch("open", "t2", 3, 200.0, 2, 1, 260.0),
+        queries.InFlightBatch("empty", "t2", 2, 300.0, 0, 0, None),
     ]
 
 
@@ -168,8 +168,8 @@ def test_the_embedded_sqlite_store_records_and_answers_the_same_queries(tmp_path
                         runtime_s=0.01, estimates={"b1": 118.0})
         np.testing.assert_allclose(queries.previous_batch(engine, "t1").requests, [[1.0, 0.0, 0.0], [5.0, 10.0, 3.0]])
         assert queries.extra_delays(engine).mean_s == pytest.approx(2.0)
-        assert queries.allocated_seconds(engine, 100.0, 110.0) == {"synthetic.compile": 10.0}
-        assert queries.busy_seconds(engine) == pytest.approx({"synthetic.compile": 10.0, "synthetic.execute": 3.0})
+        assert accounting.allocated_seconds(engine, 100.0, 110.0) == {"synthetic.compile": 10.0}
+        assert accounting.busy_seconds(engine) == pytest.approx({"synthetic.compile": 10.0, "synthetic.execute": 3.0})
         assert [d.estimates for d in queries.decisions(engine)] == [{"b1": 118.0}]
     finally:
         emitter.close()

@@ -11,7 +11,8 @@ import pytest
 from farm.config import Settings
 from farm.knobs import Knobs
 from planner.backends.fake import FakeBackend, FakeWorld
-from planner.runtime.daemon import Daemon, PipelineView, cold_floor, decision_workers
+from planner.runtime.daemon import Daemon
+from planner.runtime.view import PipelineView, cold_floor, decision_workers
 
 C, E = "synthetic.compile", "synthetic.execute"
 

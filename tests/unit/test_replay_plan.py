@@ -5,18 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from farm.app.live_replay import (
-    MIN_LIVE_TICK_S,
-    ReplayError,
-    ReplayOptions,
-    parse_tasks,
-    payload,
-    replay_knobs,
-    schedule,
-    select,
-    trace_knobs,
-)
+from farm.app.live_replay import ReplayError, ReplayOptions, parse_tasks, predict_result, same_run, select
 from farm.app.live_replay.metrics import allocated_seconds, summarize, within
+from farm.app.live_replay.physics import dispatch_latencies, exit_lags, fit_startup, startup_samples
+from farm.app.live_replay.plan import MIN_LIVE_TICK_S, payload, replay_knobs, schedule, trace_knobs
 from farm.knobs import Knobs
 from planner.eval.trace import Trace, TraceBatch, TraceStage
 
@@ -117,8 +109,6 @@ def test_fidelity_fails_when_one_stage_is_off_by_more_than_the_tolerance():
 
 
 def test_start_ups_count_from_their_decision_and_rank_after_those_under_way():
-    from farm.app.live_replay.metrics import startup_samples
-
     spawns = [(10.0, {"s.compile": 2, "s.execute": 1}), (11.0, {"s.compile": 1}), (12.0, {})]
     lives = [("s.compile", 10.1, 11.5), ("s.compile", 10.2, 11.8), ("s.execute", 10.3, 12.0),
              ("s.compile", 11.1, 13.0)]
@@ -128,37 +118,27 @@ def test_start_ups_count_from_their_decision_and_rank_after_those_under_way():
 
 
 def test_a_worker_no_decision_spawned_is_not_a_start_up_sample():
-    from farm.app.live_replay.metrics import startup_samples
-
     assert startup_samples([(10.0, {"s.execute": 1})], [("s.compile", 10.1, 11.0), ("s.execute", 9.0, 9.5)]) == []
 
 
 def test_the_start_up_fit_recovers_a_base_and_a_per_start_increment():
-    from farm.app.live_replay.metrics import fit_startup
-
     samples = [(n, 0.4 + 0.1 * n) for n in (1, 2, 3, 4, 1, 2)]
     base, per, count = fit_startup(samples)
     assert (base, per, count) == (pytest.approx(0.4), pytest.approx(0.1), 6)
 
 
 def test_the_start_up_fit_is_the_median_when_load_does_not_matter_and_none_without_samples():
-    from farm.app.live_replay.metrics import fit_startup
-
     assert fit_startup([(1, 1.0), (1, 2.0), (1, 4.0)]) == (2.0, 0.0, 3)
     assert fit_startup([(1, 2.0), (2, 1.5), (3, 1.0)])[1] == 0.0  # faster under load: no per-start term
     assert fit_startup([(1, 1.0), (2, 1.5)]) is None
 
 
 def test_an_exit_lag_counts_from_the_retirement_or_the_end_of_the_last_request():
-    from farm.app.live_replay.metrics import exit_lags
-
     assert exit_lags([(10.0, None, 10.6), (10.0, 12.0, 12.5), (10.0, 8.0, 10.7), (10.0, None, 9.0)]) == [
         pytest.approx(0.6), pytest.approx(0.5), pytest.approx(0.7)]
 
 
 def test_dispatch_latency_counts_from_when_both_the_request_and_its_worker_were_free():
-    from farm.app.live_replay.metrics import dispatch_latencies
-
     stages = [("w1", 0.0, 1.1, 2.0), ("w1", 1.5, 2.05, 3.0), ("w1", 4.0, 4.02, 5.0), ("w2", 0.0, 0.5, 1.0)]
     # w1 ready at 1.0; w2's ready time is unknown: its first request is no sample
     assert dispatch_latencies(stages, {"w1": 1.0, "w2": None}) == [
@@ -167,7 +147,6 @@ def test_dispatch_latency_counts_from_when_both_the_request_and_its_worker_were_
 
 def test_the_prediction_takes_the_runs_physics_times_the_speed(monkeypatch):
     import planner.eval.loop
-    from farm.app.live_replay import ReplayOptions, predict_result, same_run
 
     seen = {}
     monkeypatch.setattr(planner.eval.loop, "evaluate", lambda trace, knobs, **kw: seen.update(kw))
@@ -181,7 +160,5 @@ def test_the_prediction_takes_the_runs_physics_times_the_speed(monkeypatch):
 
 
 def test_the_replay_options_refuse_a_negative_physics_parameter():
-    from farm.app.live_replay import ReplayOptions
-
     with pytest.raises(ReplayError, match="retire_s"):
         ReplayOptions(retire_s=-0.5)

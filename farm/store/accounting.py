@@ -1,0 +1,126 @@
+"""Accounting of the farm's workers from the history: their lives, the seconds they were allocated and
+busy per stage, and what that cost per resource kind, with docs/design.md's definitions.
+
+Windows are `[start, end)` in epoch seconds; `None` leaves a side open. A worker that still exists
+counts up to `end` (or now when `end` is open).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Sequence
+
+from sqlalchemy import Engine, case, func, select
+
+from farm import registry
+from farm.knobs import Knobs
+from farm.pipeline import UnknownPipeline
+from farm.store.models import RequestStage, Worker
+
+
+@dataclass(frozen=True)
+class WorkerLife:
+    """One worker from its spawn to its retirement (None: it still exists), as the recorder wrote it."""
+
+    name: str
+    stage: str
+    backend: str | None
+    spawned_at: float
+    ready_at: float | None
+    retired_at: float | None
+
+
+@dataclass(frozen=True)
+class StageUsage:
+    """One stage's allocated and busy worker-seconds over a window, with its resource kind and cost."""
+
+    stage: str  # queue, "<pipeline>.<stage>"
+    resource: str  # cpu | gpu | io, or "unknown" for a pipeline this process cannot load
+    cost: float
+    allocated_s: float  # integral of the workers that exist (starting, idle or busy)
+    busy_s: float  # sum of s_ij run in the window, the physical floor
+
+    @property
+    def normalised(self) -> float:
+        """allocated / busy (1.0 is perfect); inf when workers existed and did nothing."""
+        if self.busy_s > 0:
+            return self.allocated_s / self.busy_s
+        return float("inf") if self.allocated_s > 0 else 1.0
+
+
+def _window(start: float | None, end: float | None) -> tuple[float, float]:
+    return (float("-inf") if start is None else start, time.time() if end is None else end)
+
+
+def worker_lives(engine: Engine, start: float | None = None, end: float | None = None,
+                 *, stage: str | None = None) -> list[WorkerLife]:
+    """Worker lives that overlap the window, by spawn time."""
+    lo, hi = _window(start, end)
+    query = select(Worker).where(Worker.spawned_at < hi)
+    if start is not None:
+        query = query.where((Worker.retired_at.is_(None)) | (Worker.retired_at > lo))
+    if stage is not None:
+        query = query.where(Worker.stage == stage)
+    with engine.connect() as conn:
+        rows = conn.execute(query.order_by(Worker.spawned_at, Worker.id)).all()
+    return [WorkerLife(w.name, w.stage, w.backend, w.spawned_at, w.ready_at, w.retired_at) for w in rows]
+
+
+def allocated_seconds(engine: Engine, start: float | None = None, end: float | None = None) -> dict[str, float]:
+    """Per stage, the integral over the window of the number of workers that exist (spawned, not retired)."""
+    lo, hi = _window(start, end)
+    out: dict[str, float] = {}
+    for life in worker_lives(engine, start, end):
+        until = hi if life.retired_at is None else min(hi, life.retired_at)
+        out[life.stage] = out.get(life.stage, 0.0) + max(0.0, until - max(lo, life.spawned_at))
+    return out
+
+
+def busy_seconds(engine: Engine, start: float | None = None, end: float | None = None) -> dict[str, float]:
+    """Per stage, the seconds requests ran there (sum of s_ij), clipped to the window."""
+    lo, hi = _window(start, end)
+    s, f = RequestStage.started_at, RequestStage.finished_at
+    begin = case((s < lo, lo), else_=s) if start is not None else s
+    clipped = case((f > hi, hi), else_=f) - begin
+    query = (
+        select(RequestStage.stage, func.sum(case((clipped > 0, clipped), else_=0.0)))
+        .where(s.is_not(None), f.is_not(None), s < hi)
+        .group_by(RequestStage.stage)
+    )
+    if start is not None:
+        query = query.where(f > lo)
+    with engine.connect() as conn:
+        return {stage: float(total or 0.0) for stage, total in conn.execute(query)}
+
+
+def stage_usage(engine: Engine, start: float | None = None, end: float | None = None,
+                knobs: Knobs | None = None) -> list[StageUsage]:
+    """Allocated and busy seconds per stage, with its resource kind and cost (the knob's override first)."""
+    allocated = allocated_seconds(engine, start, end)
+    busy = busy_seconds(engine, start, end)
+    out = []
+    for stage in sorted(set(allocated) | set(busy)):
+        resource, own = "unknown", SimpleNamespace(queue=stage, cost=1.0)  # a pipeline this process cannot load
+        try:
+            _, own = registry.stage_by_queue(stage)
+            resource = own.resource
+        except UnknownPipeline:
+            pass
+        cost = (knobs or Knobs()).cost_of(own)
+        out.append(StageUsage(stage, resource, cost, allocated.get(stage, 0.0), busy.get(stage, 0.0)))
+    return out
+
+
+def resource_seconds(usage: Sequence[StageUsage]) -> dict[str, float]:
+    """Allocated worker-seconds per resource kind (cpu-seconds, gpu-seconds, ...)."""
+    out: dict[str, float] = {}
+    for u in usage:
+        out[u.resource] = out.get(u.resource, 0.0) + u.allocated_s
+    return out
+
+
+def consumption(usage: Sequence[StageUsage]) -> float:
+    """Resource consumption: sum over stages of C_j x allocated_j."""
+    return sum(u.cost * u.allocated_s for u in usage)
