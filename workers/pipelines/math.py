@@ -55,7 +55,7 @@ def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
     import a module the worker did not preload) becomes `infra_error`, never a false `wrong`; any other
     error is the answer's (it cannot be parsed or compared).
     """
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # sympy and friends: loaded in the verifying child, not in clients
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" notices: ours is the hard kill
     try:
