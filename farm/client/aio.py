@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from farm import registry
 from farm.celery_app import Tokens, make_app
-from farm.client.core import BatchInfo, GroupTracker, ResultReader, Session, arrivals
+from farm.client.core import BatchHandle, BatchInfo, GroupTracker, ResultReader, Session, arrivals
 from farm.config import Settings, from_env, redis_url
 from farm.knobs import Knobs, KnobsCache
 from farm.protocol.calls import cancel_call, check_batch_id, parse_open, set_estimate_call, sweep_call
@@ -27,17 +27,10 @@ from farm.protocol.scripts import SOURCES, Call
 from farm.results import Result
 
 
-class AsyncBatch:
+class AsyncBatch(BatchHandle):
     """One rollout step's requests on the farm (asyncio)."""
 
-    def __init__(self, client: "AsyncRewardClient", info: BatchInfo) -> None:
-        self.client = client
-        self.info = info
-        self.id, self.task, self.pipeline, self.size, self.group_size = (
-            info.id, info.task, info.pipeline, info.size, info.group_size)
-
-    def __repr__(self) -> str:
-        return f"AsyncBatch({self.id!r}, task={self.task!r}, pipeline={self.pipeline.name!r}, size={self.size})"
+    client: "AsyncRewardClient"
 
     async def submit(self, request_id: str, payload: Any, group: str | int | None = None) -> str:
         """As Batch.submit: 'queued', 'finished' or 'duplicate'; raises farm.errors on misuse."""

@@ -77,6 +77,20 @@ class BatchInfo:
                    progress.group_size)
 
 
+class BatchHandle:
+    """What both clients' batch objects hold: the client they belong to and the batch's fields."""
+
+    def __init__(self, client: Any, info: BatchInfo) -> None:
+        self.client = client
+        self.info = info
+        self.id, self.task, self.pipeline, self.size, self.group_size = (
+            info.id, info.task, info.pipeline, info.size, info.group_size)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.id!r}, task={self.task!r}, pipeline={self.pipeline.name!r}, "
+                f"size={self.size})")
+
+
 @dataclass(frozen=True)
 class Read:
     """One blocking read of a batch's done stream: XREAD {key: after} COUNT count BLOCK block_ms."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 from farm import registry
 from farm.celery_app import Tokens, make_app
-from farm.client.core import BatchInfo, GroupTracker, ResultReader, Session, arrivals
+from farm.client.core import BatchHandle, BatchInfo, GroupTracker, ResultReader, Session, arrivals
 from farm.config import Settings, from_env
 from farm.protocol.calls import cancel_call, check_batch_id, parse_open, set_estimate_call
 from farm.protocol.dispatch import Dispatch
@@ -19,17 +19,10 @@ from farm.protocol.live import Progress
 from farm.results import Result
 
 
-class Batch:
+class Batch(BatchHandle):
     """One rollout step's requests on the farm."""
 
-    def __init__(self, client: "RewardClient", info: BatchInfo) -> None:
-        self.client = client
-        self.info = info
-        self.id, self.task, self.pipeline, self.size, self.group_size = (
-            info.id, info.task, info.pipeline, info.size, info.group_size)
-
-    def __repr__(self) -> str:
-        return f"Batch({self.id!r}, task={self.task!r}, pipeline={self.pipeline.name!r}, size={self.size})"
+    client: "RewardClient"
 
     def submit(self, request_id: str, payload: Any, group: str | int | None = None) -> str:
         """Hand one response to the farm. Returns 'queued', 'finished' (it visits no stage, or its

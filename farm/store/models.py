@@ -1,7 +1,7 @@
 """The history store's tables: what the farm did, batch by batch, request by request, worker by worker.
 
 Times are epoch seconds (double precision), the unit of the history events and of the planner, so the
-metrics of design.md are plain arithmetic on columns. Stages are named by their queue,
+metrics of docs/design.md are plain arithmetic on columns. Stages are named by their queue,
 `<pipeline>.<stage>`, the same key the knobs and the worker pools use.
 """
 

@@ -1,4 +1,4 @@
-"""`farm eval TRACE`: replay a trace with a policy in the loop and report design.md's metrics."""
+"""`farm eval TRACE`: replay a trace with a policy in the loop and report docs/design.md's metrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The replay: the policy in the loop over a trace, with design.md's metrics."""
+"""The replay: the policy in the loop over a trace, with docs/design.md's metrics."""
 
 from __future__ import annotations
 
