@@ -4,9 +4,11 @@ constraint, the others held.
 Before searching, one run with a worker for every request (no queueing at all; closed form when new
 workers are ready at once) gives two things: the upper bound of each search (the most workers that run
 at once there, instead of the paper's B) and, per
-batch, the earliest completion still possible from now. A batch that is already late is judged against
-the latter (`limit = max(T + D, that)`), otherwise no pool size could satisfy it and the search would
-run to its upper bound. (Not `max(T, that) + D`: each decision would grant D again and delays would add up.)
+batch, the earliest completion still possible from now. A batch is judged against T + D while that
+earliest completion is within it; a batch already later than that is judged against its earliest
+completion + D, otherwise no pool size could satisfy it and the search would run to its upper bound.
+(Not `max(T, earliest) + D` throughout: a batch merely behind T, but within T + D, would be granted D
+again at every decision and the delays would add up.)
 
 Each search starts from a lower bound (`_lower_bound`: compulsory parts and energy), gallops up from it
 (a first step of 25% of it, doubling) until a probe passes, then bisects; it stops once the bracket is within
