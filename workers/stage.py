@@ -127,7 +127,7 @@ class StageWorker:
             moved = replace(state, records=records, queued_at=finished).encode()
             return advance_call(hold.batch, request_id, hold.token, self.name, self.queue, finished, stage_event,
                                 queue, moved, limit), (queue, limit)
-        state.encode()  # a last stage's data must be JSON too, as a hand-on's is
+        json.dumps(state.carry, allow_nan=False)  # what a last stage passes on must be JSON too, as a hand-on's is
         final = outcome.status or Status.OK
         result = Result(request_id, hold.batch, final, outcome.reward, outcome.message,
                         stage=self.stage.name if final is not Status.OK else None, outcome=outcome.outcome,

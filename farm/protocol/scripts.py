@@ -30,11 +30,14 @@ class Script:
 
     def call(self, **values: Any) -> "Call":
         """A call of this script; every argument by name, none missing, none unknown."""
+        if len(values) == len(self.args):
+            try:
+                return Call(self, tuple([values[a] for a in self.args]))
+            except KeyError:
+                pass
         missing = [a for a in self.args if a not in values]
         unknown = sorted(set(values) - set(self.args))
-        if missing or unknown:
-            raise TypeError(f"script {self.name!r} takes {list(self.args)}; missing {missing}, unknown {unknown}")
-        return Call(self, tuple(values[a] for a in self.args))
+        raise TypeError(f"script {self.name!r} takes {list(self.args)}; missing {missing}, unknown {unknown}")
 
     def prelude(self) -> str:
         """The Lua locals that hold this script's arguments."""

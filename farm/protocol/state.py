@@ -36,9 +36,9 @@ class RequestState:
     def decode(cls, raw: str | bytes) -> "RequestState":
         """The record from its JSON; raises ValueError when it is not one."""
         data = json.loads(raw)
-        if not isinstance(data, Mapping):
+        if not isinstance(data, dict):
             raise ValueError(f"a request state is a JSON object, not {type(data).__name__}")
-        records = tuple(r for r in data.get(RECORDS) or () if isinstance(r, Mapping))
+        records = tuple(r for r in data.get(RECORDS) or () if isinstance(r, dict))
         queued_at = data.get(QUEUED_AT)
         return cls(data.get(GROUP), tuple(data.get(VISITS) or ()), data.get(CARRY) or {}, records,
                    float(queued_at) if queued_at is not None else None, data.get(DETAILS) or {})
