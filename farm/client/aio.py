@@ -61,17 +61,13 @@ class AsyncBatch(BatchHandle):
     async def completed_groups(self, timeout: float | None = None,
                                on_group_done: Callable[[str, list[Result]], None] | None = None
                                ) -> AsyncIterator[tuple[str, list[Result]]]:
-        tracker = GroupTracker(self.group_size)
+        tracker = GroupTracker(self.group_size, on_group_done)
         async for result in self.as_completed(timeout):
             if tracker.add(result):
-                for group, results in tracker.ready(await self._arrivals() if tracker.needs_arrivals else None):
-                    if on_group_done:
-                        on_group_done(group, results)
-                    yield group, results
-        for group, results in tracker.rest():
-            if on_group_done:
-                on_group_done(group, results)
-            yield group, results
+                for done in tracker.emit(tracker.ready(await self._arrivals() if tracker.needs_arrivals else None)):
+                    yield done
+        for done in tracker.emit(tracker.rest()):
+            yield done
 
     async def _arrivals(self) -> dict[str, int] | None:
         c = self.client

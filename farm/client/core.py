@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from farm import registry
 from farm.config import Settings
@@ -148,10 +148,13 @@ class ResultReader:
 
 class GroupTracker:
     """Tells when a GRPO group is complete: `group_size` results, or (size unknown) every request of the
-    group that arrived, once the whole batch has arrived."""
+    group that arrived, once the whole batch has arrived. `on_done(group, results)` is called for each
+    group just before the client hands it out."""
 
-    def __init__(self, group_size: int | None) -> None:
+    def __init__(self, group_size: int | None,
+                 on_done: Callable[[str, list[Result]], None] | None = None) -> None:
         self.group_size = group_size
+        self.on_done = on_done
         self.results: dict[str, list[Result]] = defaultdict(list)
         self.emitted: set[str] = set()
 
@@ -177,6 +180,13 @@ class GroupTracker:
                 self.emitted.add(group)
                 out.append((group, list(results)))
         return out
+
+    def emit(self, groups: list[tuple[str, list[Result]]]) -> Iterator[tuple[str, list[Result]]]:
+        """Hand out completed groups, telling `on_done` of each first."""
+        for group, results in groups:
+            if self.on_done is not None:
+                self.on_done(group, results)
+            yield group, results
 
     def rest(self) -> list[tuple[str, list[Result]]]:
         """Groups never completed by count (a cancelled batch): handed out when the batch ends."""

@@ -57,17 +57,11 @@ class Batch(BatchHandle):
                          ) -> Iterator[tuple[str, list[Result]]]:
         """(group, results) as each group completes; a group completes at `group_size` results, or, when
         the batch was opened without one, once every request has arrived and the group's are all done."""
-        tracker = GroupTracker(self.group_size)
+        tracker = GroupTracker(self.group_size, on_group_done)
         for result in self.as_completed(timeout):
             if tracker.add(result):
-                for group, results in tracker.ready(self._arrivals() if tracker.needs_arrivals else None):
-                    if on_group_done:
-                        on_group_done(group, results)
-                    yield group, results
-        for group, results in tracker.rest():
-            if on_group_done:
-                on_group_done(group, results)
-            yield group, results
+                yield from tracker.emit(tracker.ready(self._arrivals() if tracker.needs_arrivals else None))
+        yield from tracker.emit(tracker.rest())
 
     def _arrivals(self) -> dict[str, int] | None:
         keys = self.client.session.keys

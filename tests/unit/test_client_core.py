@@ -77,3 +77,15 @@ def test_the_live_knobs_are_read_again_once_they_are_a_second_old():
     cache.update(json.dumps(Knobs(delay_s=3.0).to_dict()), now=10.0)
     assert not cache.stale(10.9) and cache.stale(11.1) and cache.knobs.delay_s == 3.0
     assert cache.stale(10.5, max_age_s=0.25)
+
+
+def test_the_callback_hears_of_each_group_just_before_the_client_hands_it_out():
+    from farm.client.core import GroupTracker
+
+    heard = []
+    tracker = GroupTracker(1, on_done=lambda group, results: heard.append(group))
+    tracker.add(Result("r0", "b0", Status.OK, group="a"))
+    tracker.add(Result("r1", "b0", Status.OK, group="b"))
+    handed = tracker.emit(tracker.ready(None))
+    assert next(handed)[0] == "a" and heard == ["a"]
+    assert next(handed)[0] == "b" and heard == ["a", "b"]
