@@ -67,37 +67,32 @@ def _ps_start(pid: int) -> str | None:
     return " ".join(line.split()[:-1])
 
 
-def find_by_cmdline(name: str) -> int | None:
-    """The pid of a process whose command line names this worker (for a record the pid never reached)."""
-    needle = b"\0--name\0" + name.encode() + b"\0"
+def _read_each_process(filename: str):
+    """(pid, bytes of /proc/<pid>/<filename>) for every process still readable; nothing where there is no /proc."""
     proc = Path("/proc")
     if not proc.is_dir():
-        return None
+        return
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if needle in b"\0" + (entry / "cmdline").read_bytes():
-                return int(entry.name)
-        except OSError:
+            data = (entry / filename).read_bytes()
+        except OSError:  # it exited while we listed, or it is not ours to read
             continue
-    return None
+        yield int(entry.name), data
+
+
+def find_by_cmdline(name: str) -> int | None:
+    """The pid of a process whose command line names this worker (for a record the pid never reached)."""
+    needle = b"\0--name\0" + name.encode() + b"\0"
+    return next((pid for pid, cmdline in _read_each_process("cmdline") if needle in b"\0" + cmdline), None)
 
 
 def group_members(pgid: int) -> list[int]:
     """The live processes of a process group (from /proc; none where there is no /proc)."""
     members = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return members
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-        except OSError:
-            continue
+    for pid, stat in _read_each_process("stat"):
         fields = stat[stat.rindex(b")") + 2:].split()
         if fields[0] not in (b"Z", b"X") and int(fields[2]) == pgid:  # state, ppid, pgrp
-            members.append(int(entry.name))
+            members.append(pid)
     return members
