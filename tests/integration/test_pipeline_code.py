@@ -79,7 +79,7 @@ def test_a_python_syntax_error_is_a_compile_error():
 
 def test_exiting_early_with_status_zero_does_not_pass():
     r = score(pipeline, {"response": "    import os; os._exit(0)\n", "problem": "HumanEval/53"})
-    assert r.status is Status.WRONG and r.reward == 0.0
+    assert (r.status, r.reward) == (Status.RUNTIME_ERROR, 0.0) and "ended during call 1" in r.message
 
 
 def test_a_response_without_code_visits_no_stage():

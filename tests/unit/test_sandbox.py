@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -125,6 +126,51 @@ def test_call_has_no_network_and_no_inherited_descriptors():
         os.close(fd)
 
 
+def test_call_keeps_open_only_the_descriptors_it_is_given():
+    kept, closed = os.pipe()
+    try:
+        assert sandbox.call(_probe_two_fds, (kept, closed), keep_fds=(kept,)).value == ["open", "closed"]
+    finally:
+        os.close(kept)
+        os.close(closed)
+
+
+def test_a_spawned_program_runs_contained_with_the_descriptors_it_is_given():
+    read_end, write_end = os.pipe()
+    try:
+        code = f"import os; os.write({write_end}, str(os.getuid()).encode()); os.write(1, b'lost')"
+        with sandbox.spawn([PY, "-I", "-S", "-c", code], limits=FAST, pass_fds=(write_end,)) as proc:
+            os.close(write_end)
+            write_end = -1
+            assert proc.wait(5) == 0
+            assert int(os.read(read_end, 64)) in uids.uid_range()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def test_a_spawned_program_is_killed_when_its_block_ends():
+    with sandbox.spawn([PY, "-I", "-S", "-c", "import time; time.sleep(60)"], limits=FAST) as proc:
+        assert proc.wait(0.2) is None
+    assert proc.wait(0) is not None
+
+
+def test_hidden_paths_are_empty_inside_the_sandbox(monkeypatch):
+    secret = "/var/lib/farm-hidden-test"
+    os.makedirs(secret, mode=0o755, exist_ok=True)
+    try:
+        with open(os.path.join(secret, "answers.json"), "w") as fh:
+            fh.write("42")
+        os.chmod(os.path.join(secret, "answers.json"), 0o644)
+        assert _py(f"print(open('{secret}/answers.json').read())").stdout == b"42\n"  # readable when not hidden
+        monkeypatch.setenv("FARM_SANDBOX_HIDE", secret)
+        r = _py(f"import os; print(os.listdir('{secret}'))")
+        assert r.ok and r.stdout == b"[]\n"
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
+
+
 def test_without_namespaces_the_sandbox_fails_closed(monkeypatch):
     monkeypatch.setattr(isolation.shutil, "which", lambda name, **kw: None)
     monkeypatch.delenv("FARM_SANDBOX_ALLOW_UNCONTAINED", raising=False)
@@ -184,3 +230,14 @@ def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch, tmp_p
 def test_a_launcher_that_cannot_mount_its_private_tmpfs_refuses_to_run():
     with pytest.raises(sandbox.SandboxUnavailable, match="cannot mount"):
         sandbox.run(["/bin/true"], limits=sandbox.Limits(disk_bytes=-1))
+
+
+def _probe_two_fds(fds):
+    out = []
+    for fd in fds:
+        try:
+            os.fstat(fd)
+            out.append("open")
+        except OSError:
+            out.append("closed")
+    return out

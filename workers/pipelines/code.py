@@ -14,22 +14,23 @@ Payload (a JSON object):
   `{"cases": [{"input": ..., "output": ...}], "time_limit_s": 2}` (or just the list of cases).
 - `reward`: `all` (default: 1.0 only when every case passes) or `fraction` (the share of cases passed).
 
-HumanEval problems run prompt + completion (or prompt + the response's code when it defines the entry
-point) and then the problem's `check(entry_point)`; the pass is confirmed by a nonce the harness prints
-after `check` returns, so a program that exits early with status 0 does not pass.
-I/O problems compare stdout with the expected output token by token (whitespace-insensitive).
+Function problems (HumanEval's `check(candidate)`): prompt + completion (or prompt + the response's code
+when it defines the entry point) runs in its own sandbox and serves calls; the tests run in another
+contained process and call it across a pipe, arguments and return values as plain data
+(`workers.judge`): the response can move its reward only through the values its function returns.
+I/O problems compare stdout with the expected output token by token (whitespace-insensitive), in the
+worker: the expected output never enters the sandbox.
 Python runs as `python3 -I -S` (the standard library only; FARM_SANDBOX_PYTHON picks the interpreter),
 C++ as `g++ -std=c++17 -O2`, each case in a fresh sandbox (`workers.sandbox`).
 
-Statuses: all passed -> `ok`; a failing case -> its status (`wrong` for a wrong answer or a failed
-assertion, `runtime_error` for a crash, a signal or too much output, `timeout`), with the reward the
-`reward` mode gives and the first failing case under `details.first_failure`; a Python syntax error
--> `compile_error`.
+Statuses: all passed -> `ok`; a failing case -> its status (`wrong` for a wrong answer, a failed
+assertion, a missing function or a return value that is not plain data; `runtime_error` for a crash,
+an exception, a signal or too much output; `timeout`), with the reward the `reward` mode gives and the
+first failing case under `details.first_failure`; a Python syntax error -> `compile_error`.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
@@ -38,6 +39,7 @@ from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code, guess_language
+from workers.judge.function import judge
 from workers.pipelines.common import compiled, contained, tail, text_field, unpack_binary
 from workers.testcases import Case, Problem, check_id, fetch
 
@@ -45,29 +47,6 @@ LANGUAGES = ("python", "cpp")
 COMPILE_LIMITS = sandbox.Limits(wall_s=60, memory_bytes=2 * sandbox.GiB, nproc=32, file_bytes=64 * sandbox.MiB)
 RUN_LIMITS = sandbox.Limits(memory_bytes=1 * sandbox.GiB, nproc=16, file_bytes=16 * sandbox.MiB,
                             output_bytes=8 * sandbox.MiB, disk_bytes=64 * sandbox.MiB)
-_HARNESS = """\
-import sys, traceback
-nonce = sys.stdin.readline().strip()
-try:
-    source = open("solution.py").read()
-    code = compile(source, "solution.py", "exec")
-except (SyntaxError, ValueError):
-    traceback.print_exc(limit=0)
-    sys.exit(3)
-test = compile(open("check.py").read(), "check.py", "exec")
-scope = {"__name__": "solution"}
-try:
-    exec(code, scope)
-    exec(test, scope)
-    scope["check"](scope[sys.argv[1]])
-except AssertionError:
-    traceback.print_exc(limit=-2)
-    sys.exit(4)
-import os
-os.write(1, ("\\n" + nonce + "\\n").encode())
-"""
-
-
 @dataclass(frozen=True)
 class Plan:
     language: str
@@ -143,33 +122,25 @@ def _program(p: Plan, problem: Problem) -> str:
 
 
 def _run_function(p: Plan, problem: Problem, budget_s: float) -> StageOutcome:
-    nonce = secrets.token_hex(16)
-    limits = replace(RUN_LIMITS, wall_s=min(problem.time_limit_s, budget_s))
-    files = {"solution.py": _program(p, problem), "check.py": problem.test, "harness.py": _HARNESS}
-    r = sandbox.run([sandbox.python_executable(), "-I", "-S", "harness.py", problem.entry_point],
-                    files=files, stdin=(nonce + "\n").encode(), limits=limits)
-    passed = r.ok and r.stdout.splitlines()[-1:] == [nonce.encode()]
-    if passed:
-        return StageOutcome(None, reward=1.0, outcome=Outcome.SUCCESS, details={"passed": 1, "total": 1})
-    if r.returncode == 3:
-        return StageOutcome(Status.COMPILE_ERROR, message=f"syntax error:\n{tail(r.stderr)}", outcome=Outcome.COMPILE_FAILED,
-                            details={"passed": 0, "total": 1})
-    status, why = _failure(r, assertion=r.returncode == 4)
-    message = f"check({problem.entry_point}) failed: {why}\n{tail(r.stderr)}".rstrip()
+    v = judge(prompt=problem.prompt, test=problem.test, entry_point=problem.entry_point,
+              program=_program(p, problem), time_limit_s=min(problem.time_limit_s, budget_s))
+    if v.status == "ok":
+        return StageOutcome(None, reward=1.0, outcome=Outcome.SUCCESS, details={"passed": 1, "total": 1, "calls": v.calls})
+    status = Status(v.status)
+    if status is Status.INFRA_ERROR:
+        return StageOutcome(status, message=f"problem {problem.id!r}: {v.message}")
+    if status is Status.COMPILE_ERROR:
+        return StageOutcome(status, message=v.message, outcome=Outcome.COMPILE_FAILED, details={"passed": 0, "total": 1})
+    message = f"check({problem.entry_point}) failed: {v.message}"
     return StageOutcome(status, message=message, outcome=Outcome.EXECUTE_ERROR,
-                        details={"passed": 0, "total": 1, "first_failure": {"case": 0, "status": status.value, "message": why}})
+                        details={"passed": 0, "total": 1, "calls": v.calls,
+                                 "first_failure": {"case": 0, "status": status.value, "message": v.message[:2000]}})
 
 
-def _failure(r: sandbox.RunResult, *, assertion: bool = False) -> tuple[Status, str]:
+def _failure(r: sandbox.RunResult) -> tuple[Status, str]:
     if r.timed_out:
         return Status.TIMEOUT, r.describe()
-    if r.output_exceeded or r.signal is not None:
-        return Status.RUNTIME_ERROR, r.describe()
-    if assertion:
-        return Status.WRONG, "an assertion failed"
-    if r.returncode != 0:
-        return Status.RUNTIME_ERROR, r.describe()
-    return Status.WRONG, "the program exited before check() completed"
+    return Status.RUNTIME_ERROR, r.describe()
 
 
 def _run_io(p: Plan, problem: Problem, ctx: StageContext) -> StageOutcome:

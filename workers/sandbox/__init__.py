@@ -11,6 +11,8 @@ Two ways in, one set of limits (`Limits`):
   The working directory is a fresh tmpfs (its size is the disk quota), removed afterwards; the
   environment is rebuilt from nothing (PATH, HOME, LANG, TMPDIR and what the caller passes); stdout
   and stderr are capped (the group is killed at the cap); the wall limit kills the whole group.
+- `spawn(argv, ...)` starts a program contained the same way that another party talks to over pipes
+  it is given (the response's function, called by the tests); it ends with the block around it.
 - `call(fn, arg, ...)` runs trusted verifier code on untrusted input (math-verify parses model
   output with sympy, which evaluates strings) in a forked child: its own session, a new network
   namespace, rlimits, the dedicated uid, every inherited descriptor closed, the result back as JSON.
@@ -34,11 +36,11 @@ the command chain), `uids` (the uid pool), `workdir` (the private working direct
 contained and how it is tested.
 """
 
-from workers.sandbox.isolation import SANDBOX_PATH, mode, python_executable
+from workers.sandbox.isolation import SANDBOX_PATH, hidden_paths, mode, python_executable
 from workers.sandbox.limits import CallResult, GiB, Limits, MiB, RunResult, SandboxUnavailable
-from workers.sandbox.program import run
+from workers.sandbox.program import Spawned, run, spawn
 from workers.sandbox.verifier import call
 from workers.sandbox.workdir import sandbox_root
 
-__all__ = ["SANDBOX_PATH", "CallResult", "GiB", "Limits", "MiB", "RunResult", "SandboxUnavailable", "call", "mode",
-           "python_executable", "run", "sandbox_root"]
+__all__ = ["SANDBOX_PATH", "CallResult", "GiB", "Limits", "MiB", "RunResult", "SandboxUnavailable", "Spawned", "call",
+           "hidden_paths", "mode", "python_executable", "run", "sandbox_root", "spawn"]

@@ -10,8 +10,11 @@ import ctypes
 import functools
 import logging
 import os
+import shlex
 import shutil
+import site
 import subprocess
+import sysconfig
 from typing import Mapping, Sequence
 
 from workers.sandbox.limits import Limits, SandboxUnavailable
@@ -76,7 +79,8 @@ def _wrap(m: str, argv: Sequence[str], limits: Limits, uid: int | None) -> list[
     if m == "uncontained":
         return [*prlimit, *argv]
     tmpfs = f"size={limits.disk_bytes},mode=1777,nosuid,nodev"
-    mounts = " && ".join(f"{{ [ ! -d {d} ] || mount -t tmpfs -o {tmpfs} tmpfs {d}; }}" for d in ("/tmp", "/var/tmp", "/dev/shm"))
+    mounts = " && ".join([*(f"{{ [ ! -d {d} ] || mount -t tmpfs -o {tmpfs} tmpfs {d}; }}" for d in ("/tmp", "/var/tmp", "/dev/shm")),
+                          *(_hide(path) for path in hidden_paths())])
     drop = (["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--nnp",
              "--inh-caps=-all", "--bounding-set=-all", "--"] if uid is not None else [])
     # sh stays PID 1 of the namespace (it reaps orphans); when it exits every process left is killed.
@@ -85,6 +89,48 @@ def _wrap(m: str, argv: Sequence[str], limits: Limits, uid: int | None) -> list[
     if m == "userns":
         ns[1:1] = ["--user", "--map-root-user"]
     return [*ns, "--", "/bin/sh", "-c", script, "sandbox", *drop, *prlimit, *argv]
+
+
+def hidden_paths() -> tuple[str, ...]:
+    """What a sandboxed program must not read: where tests and reference answers live on a worker.
+
+    The worker's site-packages (the bundled HumanEval data, any dataset a package ships), the
+    operator's test-case store (`FARM_TESTCASES=dir:PATH`) and `FARM_SANDBOX_HIDE` (paths joined by
+    `:`). Sandboxed programs use the system interpreter with the standard library only (`-I -S`) and
+    the compilers, none of which reads these. Read on every run: the operator's settings may change.
+    """
+    paths = list(_site_directories())
+    store = os.environ.get("FARM_TESTCASES", "")
+    if store.startswith(("dir:", "/")):
+        paths.append(store.removeprefix("dir:"))
+    paths += os.environ.get("FARM_SANDBOX_HIDE", "").split(":")
+    found = []
+    for path in paths:
+        real = os.path.realpath(path) if path else ""
+        if real and real != "/" and os.path.exists(real) and real not in found:
+            found.append(real)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=1)
+def _site_directories() -> tuple[str, ...]:
+    dirs = [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"]]
+    return tuple(dict.fromkeys(d for d in dirs if d))
+
+
+def _hide(path: str) -> str:
+    """A shell step, run as the namespace's root before the uid drop, that covers path with nothing.
+
+    A path this root cannot even read (userns mode under another user's home) is hidden already, so a
+    mount refused there is not a failure; any other refusal fails the run closed.
+    """
+    quoted = shlex.quote(path)
+    if os.path.isdir(path):
+        cover = f"mount -t tmpfs -o size=4k,mode=0555,ro,nosuid,nodev tmpfs {quoted}"
+    else:
+        cover = f"mount --bind /dev/null {quoted}"
+    return f"{{ {cover} 2>/dev/null || ! [ -r {quoted} ]; }}"
 
 
 def _environment(extra: Mapping[str, str]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""`run`: execute a model-written program in the sandbox and supervise it from outside.
+"""`run`: execute a model-written program in the sandbox and supervise it from outside; `spawn`: start
+one that another party talks to (the response's function, called by the tests over pipes).
 
 The supervisor feeds stdin, caps stdout and stderr (the group is killed at the cap) and kills the
 launcher's whole group at the wall limit; the PID namespace takes every process inside down with it.
@@ -6,13 +7,15 @@ launcher's whole group at the wall limit; the PID namespace takes every process 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
 import signal
 import subprocess
+import tempfile
 import time
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from workers.sandbox import isolation
 from workers.sandbox.isolation import _MOUNT_FAILED, _environment, _wrap
@@ -30,19 +33,65 @@ def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: by
 
     Returns how it ended; raises SandboxUnavailable only when the machine cannot contain it.
     """
-    m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
-    lease = lease_uid(m)
-    workdir = None
-    try:
-        workdir = _Workdir(m, lease.uid, limits.disk_bytes)
-        workdir.write(files, lease.uid)
-        cmd = _wrap(m, argv, limits, lease.uid)
+    with _prepared(argv, files, limits) as (cmd, workdir):
         result = _supervise(cmd, workdir.path, _environment(env), stdin, limits)
         if result.returncode == 125 and _MOUNT_FAILED.encode() in result.stderr[-500:]:
             raise SandboxUnavailable(f"{_MOUNT_FAILED}: {result.stderr.decode(errors='replace').strip()[-300:]}")
         if collect:
             result = _with_files(result, workdir.read(collect, collect_bytes))
         return result
+
+
+class Spawned:
+    """A contained program running on its own; its stdin and stdout are /dev/null, its stderr a capped file."""
+
+    def __init__(self, proc: subprocess.Popen, stderr: "tempfile._TemporaryFileWrapper[bytes]") -> None:
+        self._proc, self._stderr = proc, stderr
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit status (a signal as 128+n, as the launcher's sh reports it), None if still running."""
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stderr_head(self, limit: int = 4096) -> bytes:
+        self._stderr.seek(0)
+        return self._stderr.read(limit)
+
+    def _end(self) -> None:
+        if self._proc.poll() is None:
+            _kill_group(self._proc)
+        self._stderr.close()
+
+
+@contextlib.contextmanager
+def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits: Limits = Limits(),
+          pass_fds: Sequence[int] = (), env: Mapping[str, str] = {}) -> Iterator[Spawned]:
+    """Start argv contained as `run` would, keeping `pass_fds` open in it; killed (with everything it
+    started) and cleaned up when the block ends. The caller bounds its time: nothing here waits."""
+    with _prepared(argv, files, limits) as (cmd, workdir):
+        stderr = tempfile.TemporaryFile()  # only the launcher's own complaints: the program may redirect it
+        proc = subprocess.Popen(cmd, cwd=workdir.path, env=_environment(env), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                                close_fds=True, pass_fds=tuple(pass_fds))
+        spawned = Spawned(proc, stderr)
+        try:
+            yield spawned
+        finally:
+            spawned._end()
+
+
+@contextlib.contextmanager
+def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits) -> Iterator[tuple[list[str], _Workdir]]:
+    """A uid of the pool, a fresh working directory holding `files`, the launcher chain; released afterwards."""
+    m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
+    lease = lease_uid(m)
+    workdir = None
+    try:
+        workdir = _Workdir(m, lease.uid, limits.disk_bytes)
+        workdir.write(files, lease.uid)
+        yield _wrap(m, argv, limits, lease.uid), workdir
     finally:
         if workdir is not None:
             workdir.remove()

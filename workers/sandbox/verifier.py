@@ -13,7 +13,7 @@ import selectors
 import signal
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from workers.sandbox import isolation
 from workers.sandbox.isolation import _environment, _libc
@@ -24,9 +24,11 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 
 
-def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits()) -> CallResult:
-    """fn(arg) in a forked, contained child; fn and its result must be picklable-free: the result
-    travels as JSON. Use for verifiers that parse model output (not for model-written programs: `run`)."""
+def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_fds: Sequence[int] = ()) -> CallResult:
+    """fn(arg) in a forked, contained child; the result travels back as JSON over a pipe only the child
+    and this process hold. Use for trusted code on untrusted input (a verifier parsing model output,
+    tests calling the response's function), never for model-written programs (`run`). `keep_fds` stay
+    open in the child (the pipes to a spawned program); every other inherited descriptor is closed."""
     m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
     lease = lease_uid(m)
     started = time.monotonic()
@@ -34,7 +36,7 @@ def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits()) -> Ca
     try:
         pid = os.fork()
         if pid == 0:  # the child: contain first, then compute; never returns
-            _child(fn, arg, limits, m, lease.uid, read_fd, write_fd)
+            _child(fn, arg, limits, m, lease.uid, read_fd, write_fd, keep_fds)
         os.close(write_fd)
         write_fd = -1
         data, timed_out = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
@@ -84,13 +86,17 @@ def _kill_pid_group(pid: int) -> None:
         pass
 
 
-def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write_fd: int) -> None:
+def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write_fd: int,
+           keep_fds: Sequence[int] = ()) -> None:
     code = 70
     try:
         os.close(read_fd)
         os.setsid()
-        os.closerange(3, write_fd)
-        os.closerange(write_fd + 1, 65536)  # the worker's broker and database sockets stay out of reach
+        low = 3
+        for fd in sorted({write_fd, *keep_fds}):  # the worker's broker and database sockets stay out of reach
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 65536)
         if m != "uncontained":
             flags = _CLONE_NEWNET | (_CLONE_NEWUSER if m == "userns" else 0)
             if _libc.unshare(flags) != 0:

@@ -1,0 +1,6 @@
+"""Judging a response's function from another process: the tests call it across a pipe, as plain data.
+
+`plain` (the codec both sides share), `candidate` (the script serving calls in the response's sandbox),
+`check` (the tests' side, in a contained child of the worker), `function` (`judge`: the two put
+together, the verdict back to the worker). docs/sandbox.md says what this guarantees.
+"""
