@@ -11,8 +11,15 @@ Code (`extract_code`), in order:
 5. else None: the paper's "generation failed".
 A block the response opens but never closes (a truncated generation) counts from its fence to the end.
 
-Answers (`extract_answer`), in order: the last `\\boxed{...}` or `\\fbox{...}` (balanced braces);
-else the last `#### x` line (GSM8K); else the last "final answer is x" / "Answer: x"; else None.
+Answers (`final_answers`): the first of these kinds the response holds, every one of that kind, in order:
+1. every closed, non-empty `\\boxed{...}` or `\\fbox{...}` (balanced braces), nested ones too; a box whose whole
+   content is another box stands for that box's content (`\\boxed{\\boxed{5}}` is 5);
+2. else every `#### x` line (GSM8K);
+3. else every "final answer is x" / "final answer: x" / a line starting "Answer: x";
+4. else the last "answer is x" (prose: an earlier one is a step of the reasoning, not an answer).
+`extract_answer` is the last of them, or None when there is none. Only the first kind found is read: once
+a box is there, "####" lines and phrases are not read. Whether several answers may differ is the pipeline's rule
+(`workers/pipelines/math.py`: they may not).
 """
 
 from __future__ import annotations
@@ -91,40 +98,55 @@ def guess_language(block: CodeBlock, default: str) -> str:
     return default
 
 
-def _balanced(text: str, open_at: int) -> str | None:
-    """The content of the brace group opening at text[open_at] == '{', or None if it never closes."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
-            continue
-        if c == "{" and (i == 0 or text[i - 1] != "\\"):
-            depth += 1
-        elif c == "}" and (i == 0 or text[i - 1] != "\\"):
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1:i]
-    return None
-
-
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _HASHES = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
-_SAID = re.compile(r"(?:final answer is|final answer:|answer is|^\s*answer\s*:)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_MARKED = re.compile(r"(?:final answer is|final answer:|^\s*answer\s*:)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_SAID = re.compile(r"answer is\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_BRACE = re.compile(r"\\?[{}]")
+_SPACE = re.compile(r"\s*")
+_HELD = 200  # characters kept of a box that holds other boxes: it differs from each of them, whatever it says
+
+
+def _boxed_answers(text: str) -> list[str]:
+    """The content of every closed box, by where it starts, in one pass over the braces (a response may nest
+    thousands of boxes). A box whose whole content is one box is that box's answer, so it is left out;
+    a box holding boxes beside other text is cut to `_HELD` characters."""
+    commands = {m.end() - 1: m.start() for m in _BOXED.finditer(text)}  # a box's opening brace -> its command
+    spans, stack = [], []
+    for brace in _BRACE.finditer(text):
+        if brace.group() == "{":
+            stack.append(brace.start())
+        elif brace.group() == "}" and stack:
+            opening = stack.pop()
+            if opening in commands:
+                spans.append((commands[opening], opening, brace.start()))
+    spans.sort()
+    answers = []
+    for k, (_, opening, closing) in enumerate(spans):
+        inner = spans[k + 1] if k + 1 < len(spans) and spans[k + 1][0] < closing else None
+        if inner is None:
+            answers.append(text[opening + 1:closing].strip())
+        elif not (_SPACE.match(text, opening + 1).end() == inner[0] and not text[inner[2] + 1:closing].strip()):
+            held = text[opening + 1:min(closing, opening + 1 + _HELD)].strip()
+            answers.append(held + ("..." if closing > opening + 1 + _HELD else ""))
+    return [a for a in answers if a]
+
+
+def final_answers(text: str) -> list[str]:
+    """Every final answer of the first kind the response holds, in order (see the module's docstring)."""
+    if not isinstance(text, str):
+        return []
+    answers = _boxed_answers(text)
+    if answers:
+        return answers
+    for pattern, every in ((_HASHES, True), (_MARKED, True), (_SAID, False)):
+        found = [a for a in (f.strip().rstrip(".").strip().strip("$").strip() for f in pattern.findall(text)) if a]
+        if found:
+            return found if every else found[-1:]
+    return []
 
 
 def extract_answer(text: str) -> str | None:
-    """The final answer's text (no surrounding \\boxed{} or $), following the documented order."""
-    if not isinstance(text, str):
-        return None
-    boxed = [m for m in _BOXED.finditer(text)]
-    for m in reversed(boxed):
-        inner = _balanced(text, m.end() - 1)
-        if inner is not None and inner.strip():
-            return inner.strip()
-    for pattern in (_HASHES, _SAID):
-        found = pattern.findall(text)
-        if found:
-            answer = found[-1].strip().rstrip(".").strip().strip("$").strip()
-            if answer:
-                return answer
-    return None
+    """The final answer's text (no surrounding \\boxed{} or $): the last of `final_answers`, None if none."""
+    answers = final_answers(text)
+    return answers[-1] if answers else None

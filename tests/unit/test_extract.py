@@ -1,6 +1,8 @@
 """Finding code and final answers in model responses."""
 
-from workers.extract import code_blocks, extract_answer, extract_code, guess_language
+import pytest
+
+from workers.extract import code_blocks, extract_answer, extract_code, final_answers, guess_language
 
 
 def test_the_last_block_in_a_wanted_language_is_taken():
@@ -66,3 +68,32 @@ def test_gsm8k_hashes_and_answer_phrases_are_fallbacks():
 def test_a_response_without_a_final_answer_has_none():
     assert extract_answer("I think it is probably large.") is None
     assert extract_answer(None) is None
+
+
+def test_every_boxed_answer_is_a_final_answer_in_order():
+    assert final_answers(r"\boxed{3} or \fbox{5}, not \boxed{} nor \boxed{7") == ["3", "5"]
+
+
+def test_a_box_holding_only_a_box_is_one_answer_and_a_box_holding_more_is_two():
+    assert final_answers(r"\boxed{ \boxed{5} }") == ["5"]
+    assert final_answers(r"\boxed{3 \boxed{5}}") == [r"3 \boxed{5}", "5"]
+
+
+@pytest.mark.timeout(10)
+def test_thousands_of_nested_boxes_are_read_in_one_pass():
+    deep = "\\boxed{" * 20000 + "5" + "}" * 20000
+    assert final_answers(deep) == ["5"]
+    assert len(final_answers("\\boxed{x " * 20000 + "5" + "}" * 20000)) == 20000
+
+
+def test_every_hash_line_and_answer_line_is_a_final_answer():
+    assert final_answers("#### 3\nthen\n#### 5") == ["3", "5"]
+    assert final_answers("Answer: 3\nThe final answer is $5$.") == ["3", "5"]
+
+
+def test_only_the_last_answer_is_phrase_is_read():
+    assert final_answers("The answer is 3? No.\nSo the answer is 5.") == ["5"]
+
+
+def test_boxes_are_read_before_hash_lines_and_phrases():
+    assert final_answers("\\boxed{5}\n#### 3\nThe final answer is 4") == ["5"]

@@ -1,9 +1,29 @@
 """The `math` pipeline: one `verify` stage checks the response's final answer against the reference.
 
 Payload: `response` (the model's text) and `answer` (the reference, LaTeX or plain: `\\frac{1}{2}`,
-`0.5`, `x^2+1`, `\\{1,2\\}`). The final answer is found as `workers.extract.extract_answer` documents
-(`\\boxed{}` / `\\fbox{}`, then `#### x`, then "the answer is x" / "Answer: x"); none -> `wrong`,
-generation failed, no stage visited.
+`0.5`, `x^2+1`, `\\{1,2\\}`). The response is the adversary, so exactly one final answer counts:
+
+1. Which: `workers.extract.final_answers` reads the first kind the response holds: its `\\boxed{}` /
+   `\\fbox{}` answers, else its `#### x` lines, else its "final answer is x" / "Answer: x" lines, else its last
+   "answer is x". Once a box is there, "####" lines and phrases are not read (and so on down the list).
+   None -> `wrong`, generation failed, no stage visited.
+2. One: those answers must all be the same once whitespace and LaTeX spacing are dropped (`\\dfrac{1}{2}`
+   and `\\frac12` are `\\frac{1}{2}`); otherwise the response is `wrong` without a stage ("gives 2 different
+   final answers"), whichever of them is right. The final answer is then the last one.
+3. One value: the reference is one value unless its text or its parse shows several (the tests below). Against
+   a one-value reference, an answer that holds several values is `wrong` ("gives several values (a set)"),
+   decided by `workers.pipelines.math_answer` before math-verify's verdict, from its text: `\\pm` / `\\mp`;
+   `\\lor`, `\\vee`, `\\cup` and friends; the words or/and/either; a comma or semicolon outside brackets
+   (`1,000` is one number); more than one relation, or one other than `=` / `\\approx` / `\\equiv`; an equation
+   whose left side is not a name (`3 = 5`, `3\\text{ m} = 5`; but `x = 5`, `x_1 = 5`, `f(2) = 5`); a digit
+   inside or after the first `\\text{}`-like group, other than a unit's exponent (`5\\text{ cm}^2` and a lone
+   `\\text{5}` pass, `5\\text{ cm (not 3)}` does not); and from math-verify's parse of it: a set (even
+   `\\{5\\}`), interval, tuple, matrix, inequality or logical combination (`x = ...` by its right side).
+4. Read as a whole: the answer is parsed as LaTeX only. math-verify would otherwise fall back to picking a
+   number out of unparseable text (`3 \\lor 5` reads as 5), so that fallback is used only for an answer that
+   writes at most one number, and is `wrong` ("not one expression") otherwise.
+A reference with several values is compared by math-verify as before (`\\{2,1\\}` against `\\{1,2\\}` passes).
+Its leniencies that hide no second value stay: a bare unit (`5\\text{ cm}`), `x = 3` for 3, `10\\%` for 0.1.
 
 math-verify parses with sympy, which evaluates strings, and its own timeout uses SIGALRM, which fails
 off the main thread: so it runs in a forked, contained child (`workers.sandbox.call`) with its own
@@ -21,23 +41,34 @@ from typing import Any, Mapping
 from farm.pipeline import Admission, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
-from workers.extract import extract_answer
+from workers.extract import extract_answer, final_answers
 from workers.pipelines.common import contained, text_field
+from workers.pipelines.math_answer import count_numbers, distinct_answers, several_values_parsed, several_values_text
 
 LIMITS = sandbox.Limits(memory_bytes=2 * sandbox.GiB, nproc=4, output_bytes=1 * sandbox.MiB)
 
 
-def _answers(payload: Mapping[str, Any]) -> tuple[str, str | None]:
+def _reference(payload: Mapping[str, Any]) -> str:
     reference = text_field(payload, "answer")
     if not reference.strip():
         raise ValueError("math 'answer' (the reference) is empty")
-    return reference, extract_answer(text_field(payload, "response"))
+    return reference
+
+
+def _answers(payload: Mapping[str, Any]) -> tuple[str, str | None]:
+    return _reference(payload), extract_answer(text_field(payload, "response"))
 
 
 def admit(payload: Mapping[str, Any]) -> Admission:
-    _, answer = _answers(payload)
-    if answer is None:
+    _reference(payload)
+    answers = final_answers(text_field(payload, "response"))
+    if not answers:
         return Admission((), Status.WRONG, 0.0, "no final answer found in the response", Outcome.GENERATION_FAILED)
+    different = distinct_answers(answers)
+    if len(different) > 1:
+        shown = ", ".join(repr(a[:60]) for a in different[:4]) + (", ..." if len(different) > 4 else "")
+        message = f"the response gives {len(different)} different final answers ({shown}): exactly one counts"
+        return Admission((), Status.WRONG, 0.0, message, Outcome.GENERATION_FAILED)
     return Admission(("verify",))
 
 
@@ -48,28 +79,44 @@ def _wrap(text: str) -> str:
     return f"${stripped}$"
 
 
+def _several(why: str) -> dict[str, Any]:
+    return {"ok": False, "why": f"it gives several values ({why}) where the reference is one value"}
+
+
 def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
-    """Runs in the contained child: math-verify's verdict on (reference, answer).
+    """Runs in the contained child: the single-value rule, then math-verify's verdict on (reference, answer).
 
     Errors are raised, not swallowed: an ImportError or OSError (the child, an unprivileged uid, cannot
     import a module the worker did not preload) becomes `infra_error`, never a false `wrong`; any other
     error is the answer's (it cannot be parsed or compared).
     """
-    from math_verify import parse, verify  # sympy and friends: loaded in the verifying child, not in clients
+    from math_verify import LatexExtractionConfig, parse, verify  # sympy and friends: in the child, not in clients
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" notices: ours is the hard kill
+    reference, answer = pair["reference"], pair["answer"]
     try:
-        gold = parse(_wrap(pair["reference"]), parsing_timeout=None, raise_on_error=True)
+        gold = parse(_wrap(reference), parsing_timeout=None, raise_on_error=True)
     except (ImportError, OSError):
         raise
     except Exception:
         gold = []
     if not gold:
         return {"ok": False, "why": "the reference answer could not be parsed", "bad_reference": True}
+    parsed_several = not isinstance(gold[0], str) and several_values_parsed(gold[0])
+    one_value = not (several_values_text(reference) or parsed_several)
+    if one_value and (why := several_values_text(answer)):
+        return _several(why)
     try:
-        pred = parse(f"\\boxed{{{pair['answer']}}}", parsing_timeout=None, raise_on_error=True)
+        boxed = f"\\boxed{{{answer}}}"
+        pred = parse(boxed, [LatexExtractionConfig()], parsing_timeout=None, raise_on_error=True)
+        if all(isinstance(p, str) for p in pred):  # not LaTeX: math-verify falls back to a number found in the text
+            if count_numbers(answer) > 1:
+                return {"ok": False, "why": "it is not one expression: the verifier would read one of its numbers"}
+            pred = parse(boxed, parsing_timeout=None, raise_on_error=True)
         if not pred:
             return {"ok": False, "why": "the answer could not be parsed"}
+        if one_value and not isinstance(pred[0], str) and (why := several_values_parsed(pred[0])):
+            return _several(why)
         ok = verify(gold, pred, timeout_seconds=None, raise_on_error=True)
     except (ImportError, OSError):
         raise
@@ -120,5 +167,5 @@ pipeline = Pipeline(
     "math",
     (Stage("verify", "cpu", 0.2, 10.0, verify_stage),),
     admit,
-    description="extract the final answer (\\boxed{}), verify it against the reference with math-verify",
+    description="exactly one final answer (\\boxed{}), one value if the reference is one, verified by math-verify",
 )
