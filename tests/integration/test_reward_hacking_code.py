@@ -291,6 +291,20 @@ HOSTILE = {
         def add(x, y):
             return "9" * (40 << 20)
         """, Status.WRONG, "MiB"),
+    "floods_the_reply_pipe_before_it_is_ready": ("""
+        import os
+        for fd in range(3, 16):
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue
+            try:
+                os.write(fd, b"7" * (20 << 20))
+            except OSError:
+                pass
+        def add(x, y):
+            return x + y
+        """, Status.WRONG, "before its function was ready"),
     "returns_a_self_containing_list": ("""
         def add(x, y):
             a = []

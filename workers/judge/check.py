@@ -124,7 +124,10 @@ def _exception(name: str, text: str) -> Exception:
     BaseException-only type: a response cannot raise SystemExit into the tests."""
     kind = getattr(builtins, name, None)
     if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-        return kind(text)
+        try:
+            return kind(text)
+        except TypeError:  # a type whose constructor wants more (UnicodeDecodeError)
+            pass
     return CandidateRaised(text)
 
 
@@ -145,6 +148,10 @@ def run_check(spec: dict[str, Any]) -> dict[str, Any]:
         first = channel.receive()
     except TimeoutError:
         return {"status": "timeout", "message": f"the response was not loaded within the {spec['time_limit_s']:g} s time limit"}
+    except OverflowError as exc:
+        return {"status": "wrong", "message": f"the response's process sent {exc} before its function was ready"}
+    except OSError:
+        first = None
     if first is None:
         return {"status": "runtime_error", "message": "the response's process ended before its function was ready",
                 "gone": True}
