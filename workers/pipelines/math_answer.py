@@ -83,7 +83,8 @@ def count_numbers(latex: str) -> int:
 
 def several_values_parsed(value: Any) -> str | None:
     """Why this parsed answer (math-verify's sympy object) holds several values; None for one value."""
-    from sympy import Eq  # sympy: loaded in the verifying child (and the worker's warm-up), never in clients, FiniteSet, Interval, Tuple
+    # sympy: loaded in the verifying child (and the worker's warm-up), never in clients
+    from sympy import Eq, FiniteSet, Interval, Tuple
     from sympy.core.relational import Relational
     from sympy.logic.boolalg import BooleanAtom, BooleanFunction
     from sympy.matrices import MatrixBase
