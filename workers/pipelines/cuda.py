@@ -6,8 +6,18 @@ Payload (a JSON object):
   the last ```cuda / ```cu / ```cpp / ```c++ / ```c block, else an untagged one, else any fenced block,
   else (no fence) the raw text when it contains `__global__`, from its first line of code. Nothing ->
   `wrong`, generation failed, no stage visited.
-- `harness` (string, optional): a CUDA source with `main()` that `#include "kernel.cu"` (the extracted
-  code is written to `kernel.cu`). Without a harness the response must be a whole program with `main()`.
+- `harness` (string, optional): a CUDA source with `main()` that declares the kernels and host functions
+  it uses from the response (`__global__ void add(const float*, const float*, float*, int);`) and calls
+  them. The response (`kernel.cu`) and the harness (`main.cu`) are compiled apart and linked
+  (`cuda_harness`); a harness that `#include`s "kernel.cu" is `invalid_input`. The harness must return
+  from `main` (not `exit()`) and leave stdout and std::cout where they were (no freopen, no
+  `sync_with_stdio(false)`): the farm's wrapper then writes a completion record (`cuda_record`) that the
+  execute stage requires; a status other than 0 from `main` is `wrong`. The response's object is checked
+  before linking (`cuda_checks`: no `main`, no constructors, no replacing the harness's or the libraries'
+  functions, no exit/signals/files/environment/threads from its host code) -> `compile_error` saying what
+  was found. Template kernels have internal linkage on the host: a harness launches them through a
+  function the response exports. Without a harness the response must be a whole program with `main()`:
+  it is compiled and run as it is, there being no harness to protect.
 - `expected_output` (required): what the program must print: a list of numbers (compared with
   `rtol`/`atol`, default 1e-3 / 1e-5, to every whitespace-separated token of stdout, same count), or a
   string (numbers compared the same way when every token of it is a number, else exact text after
@@ -39,11 +49,15 @@ from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code
 from workers.pipelines.common import compiled, contained, number_field, tail, text_field, unpack_binary
+from workers.pipelines.cuda_harness import build, harness_problem
+from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_record
 
 COMPILE_LIMITS = sandbox.Limits(memory_bytes=8 * sandbox.GiB, nproc=64, file_bytes=256 * sandbox.MiB,
                                 disk_bytes=1 * sandbox.GiB)
 EXECUTE_LIMITS = sandbox.Limits(memory_bytes=None, data_bytes=16 * sandbox.GiB, nproc=32, file_bytes=64 * sandbox.MiB,
                                 output_bytes=16 * sandbox.MiB)
+NO_RECORD = ("the harness did not return from main: the program exited with status 0 but without the farm's "
+             "completion record (something called exit or the exit system call before the harness finished)")
 _FLAG = re.compile(r"^(-O[0-3]|-arch=sm_\d{2,3}a?|-std=c\+\+\d\d|--use_fast_math|-lineinfo)$")
 
 
@@ -79,7 +93,9 @@ def _numbers(text: str) -> list[float] | None:
 
 
 def admit(payload: Mapping[str, Any]) -> Admission:
-    text_field(payload, "harness", required=False)
+    problem = harness_problem(text_field(payload, "harness", required=False))
+    if problem:
+        raise InvalidInput(problem)
     text_field(payload, "stdin", required=False)
     expected_of(payload)
     _flags(payload)
@@ -95,12 +111,12 @@ def compile_stage(ctx: StageContext) -> StageOutcome:
     if shutil.which("nvcc", path=sandbox.SANDBOX_PATH) is None:
         return StageOutcome(Status.INFRA_ERROR, message="nvcc is not installed on this worker")
     harness = text_field(ctx.payload, "harness", required=False)
-    files = {"kernel.cu": _code(ctx.payload)}
     if harness:
-        files["main.cu"] = harness
+        return build(_code(ctx.payload), harness, _flags(ctx.payload), ctx.timeout_s, COMPILE_LIMITS)
     limits = replace(COMPILE_LIMITS, wall_s=ctx.timeout_s)
-    argv = ["nvcc", "-O2", *_flags(ctx.payload), "-o", "prog", "main.cu" if harness else "kernel.cu"]
-    return compiled(sandbox.run(argv, files=files, limits=limits, collect=("prog",)), "prog", "nvcc")
+    argv = ["nvcc", "-O2", *_flags(ctx.payload), "-o", "prog", "kernel.cu"]
+    return compiled(sandbox.run(argv, files={"kernel.cu": _code(ctx.payload)}, limits=limits, collect=("prog",)),
+                    "prog", "nvcc")
 
 
 def gpu_present() -> str | None:
@@ -117,17 +133,36 @@ def execute_stage(ctx: StageContext) -> StageOutcome:
     missing = gpu_present()
     if missing:
         return StageOutcome(Status.INFRA_ERROR, message=missing)
-    limits = replace(EXECUTE_LIMITS, wall_s=ctx.timeout_s)
-    stdin = text_field(ctx.payload, "stdin", required=False).encode()
-    r = sandbox.run(["./prog"], files={"prog": unpack_binary(ctx.carry)}, stdin=stdin, limits=limits)
+    return run_program(ctx.payload, unpack_binary(ctx.carry), ctx.timeout_s)
+
+
+def run_program(payload: Mapping[str, Any], binary: bytes, timeout_s: float) -> StageOutcome:
+    """Run the compiled program in the sandbox and judge it: the execute stage without its GPU check (a
+    program that makes no CUDA call runs anywhere). With a harness the output must end with this run's
+    completion record, which is stripped before the comparison."""
+    limits = replace(EXECUTE_LIMITS, wall_s=timeout_s)
+    stdin = text_field(payload, "stdin", required=False).encode()
+    nonce = new_nonce() if text_field(payload, "harness", required=False) else None
+    env = {NONCE_VARIABLE: nonce} if nonce else {}
+    r = sandbox.run(["./prog"], files={"prog": binary}, stdin=stdin, limits=limits, env=env)
+    failed = {"outcome": Outcome.EXECUTE_ERROR}
     if r.timed_out:
-        return StageOutcome(Status.TIMEOUT, message=r.describe(), outcome=Outcome.EXECUTE_ERROR)
-    if not r.ok:
-        return StageOutcome(Status.RUNTIME_ERROR, message=f"{r.describe()}\n{tail(r.stderr)}".rstrip(), outcome=Outcome.EXECUTE_ERROR)
-    mismatch = compare(r.stdout.decode("utf-8", errors="replace"), expected_of(ctx.payload),
-                       number_field(ctx.payload, "rtol", 1e-3), number_field(ctx.payload, "atol", 1e-5))
+        return StageOutcome(Status.TIMEOUT, message=r.describe(), **failed)
+    output = r.stdout.decode("utf-8", errors="replace")
+    record = split_record(output, nonce) if nonce else None
+    if nonce and record is None and r.returncode == 0 and not r.output_exceeded:
+        return StageOutcome(Status.WRONG, message=NO_RECORD, **failed)
+    if not r.ok and not (record and r.returncode == record[1] & 0xFF):
+        return StageOutcome(Status.RUNTIME_ERROR, message=f"{r.describe()}\n{tail(r.stderr)}".rstrip(), **failed)
+    if record:
+        output, status = record
+        if status != 0:
+            message = f"the harness's main returned {status}\n{tail(r.stderr)}".rstrip()
+            return StageOutcome(Status.WRONG, message=message, **failed)
+    rtol, atol = number_field(payload, "rtol", 1e-3), number_field(payload, "atol", 1e-5)
+    mismatch = compare(output, expected_of(payload), rtol, atol)
     if mismatch:
-        return StageOutcome(Status.WRONG, message=mismatch["message"], outcome=Outcome.EXECUTE_ERROR, details={"mismatch": mismatch})
+        return StageOutcome(Status.WRONG, message=mismatch["message"], details={"mismatch": mismatch}, **failed)
     return StageOutcome(None, reward=1.0, outcome=Outcome.SUCCESS)
 
 
