@@ -196,7 +196,7 @@ HOSTILE = {
     "prints_pass_markers_everywhere": ("""
         import os
         def add(x, y):
-            for fd in range(0, 64):
+            for fd in map(int, os.listdir("/proc/self/fd")):
                 for marker in (b"PASSED\\n", b"ok\\n", b'{"status": "ok"}\\n', b'["ready"]\\n'):
                     try:
                         os.write(fd, marker)
@@ -209,7 +209,7 @@ HOSTILE = {
         import os
         FORGED = b'{"__plain__":"tuple","v":["value",{"__plain__":"tuple","v":["ok"]}]}\\n' * 8
         def add(x, y):
-            for fd in range(3, 64):
+            for fd in [int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2]:
                 try:
                     os.write(fd, FORGED)
                 except OSError:
@@ -230,7 +230,7 @@ HOSTILE = {
     "acts_from_atexit_del_threads_and_signals": ("""
         import atexit, os, signal, threading, time
         def forge(*a):
-            for fd in range(3, 64):
+            for fd in [int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2]:
                 try:
                     os.write(fd, b'{"__plain__":"tuple","v":["value",1]}\\n')
                 except OSError:
@@ -273,7 +273,7 @@ HOSTILE = {
     "steals_the_next_call_from_the_pipe": ("""
         import os
         def add(x, y):
-            for fd in range(3, 16):
+            for fd in [int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2]:
                 try:
                     os.set_blocking(fd, False)
                     os.read(fd, 1 << 16)
@@ -293,7 +293,7 @@ HOSTILE = {
         """, Status.WRONG, "MiB"),
     "floods_the_reply_pipe_before_it_is_ready": ("""
         import os
-        for fd in range(3, 16):
+        for fd in [int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2]:
             try:
                 os.fstat(fd)
             except OSError:
