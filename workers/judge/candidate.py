@@ -34,9 +34,7 @@ def _send(fd, message):
 
 def _describe(exc):
     try:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if isinstance(exc, SyntaxError):
-            text += f" (line {exc.lineno})"
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__  # a SyntaxError names its line
     except BaseException:  # a hostile __str__; the name is enough
         text = type(exc).__name__
     return text[-LIMIT:]

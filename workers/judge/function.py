@@ -40,27 +40,26 @@ class Verdict:
 def judge(*, prompt: str, test: str, entry_point: str, program: str, time_limit_s: float) -> Verdict:
     """The verdict on `program` (the prompt and the response's code) against `test`'s check()."""
     _preload(prompt + "\n" + test)
-    to_response, from_tests = os.pipe()
-    to_tests, from_response = os.pipe()
-    ours = [from_tests, to_tests]  # the ends the response's process holds; closed here once it has them
+    response_reads, tests_write = os.pipe()
+    tests_read, response_writes = os.pipe()
+    theirs = [response_reads, response_writes]  # the response's ends: closed here once its process holds them
     try:
-        argv = [sandbox.python_executable(), "-I", "-S", "candidate.py", str(to_response), str(from_response), entry_point]
+        argv = [sandbox.python_executable(), "-I", "-S", "candidate.py", str(response_reads), str(response_writes),
+                entry_point]
         limits = replace(RESPONSE_LIMITS, wall_s=time_limit_s + GRACE_S)
         with sandbox.spawn(argv, files={**_SCRIPTS, "solution.py": program}, limits=limits,
-                           pass_fds=(to_response, from_response)) as response:
-            for fd in (to_response, from_response):
-                os.close(fd)
-            to_response = from_response = -1
+                           pass_fds=tuple(theirs)) as response:
+            while theirs:
+                os.close(theirs.pop())
             deadline = time.monotonic() + time_limit_s
-            spec = {"prompt": prompt, "test": test, "entry_point": entry_point, "in_fd": to_tests,
-                    "out_fd": from_tests, "deadline": deadline, "time_limit_s": time_limit_s}
+            spec = {"prompt": prompt, "test": test, "entry_point": entry_point, "in_fd": tests_read,
+                    "out_fd": tests_write, "deadline": deadline, "time_limit_s": time_limit_s}
             result = sandbox.call(run_check, spec, limits=replace(TESTS_LIMITS, wall_s=time_limit_s + GRACE_S),
-                                  keep_fds=(to_tests, from_tests))
+                                  keep_fds=(tests_read, tests_write))
             return _verdict(result, response, time_limit_s)
     finally:
-        for fd in (to_response, from_response, *ours):
-            if fd >= 0:
-                os.close(fd)
+        for fd in (*theirs, tests_read, tests_write):
+            os.close(fd)
 
 
 def _verdict(result: sandbox.CallResult, response: sandbox.Spawned, time_limit_s: float) -> Verdict:
