@@ -2,7 +2,12 @@
 local backend) and compare the measured mean extra delay and allocated worker-seconds per stage with
 the evaluation's prediction for the same trace, knobs and start-up time (issue 4's target: within 15%).
 
-    python bench/fidelity.py [--trace demo] [--tasks 2] [--batches 5] [--speed 20] [--json]
+    python bench/fidelity.py [--trace demo] [--tasks 2] [--batches 5] [--speed 20] [--json] \
+        [--worker-startup-delay-s 1.5]
+
+`--worker-startup-delay-s` gives every worker an artificial cold start of that many real seconds
+(FARM_WORKER_STARTUP_DELAY_S; 1.5 s at speed 20 is 30 s of trace time, a container's or a GPU worker's):
+the planner then plans with the start-up its workers' lives show, as it would in such a deployment.
 
 Prints the measured and predicted figures, the relative errors and whether each is within 15%. The
 prediction models the workers' physics as measured on the same run (start-up under load, exit lag,
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -27,6 +33,7 @@ if str(ROOT) not in sys.path:
 from farm.app import live_replay as rp  # noqa: E402
 from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo  # noqa: E402
 from farm.app.live_replay.metrics import within  # noqa: E402
+from farm.config import STARTUP_DELAY_ENV  # noqa: E402
 from farm.knobs import Knobs  # noqa: E402
 
 
@@ -42,8 +49,14 @@ def main(argv=None) -> int:
                     help="niceness of the workers (the trainers replayed here keep theirs; 0: the same)")
     ap.add_argument("--worker-events", action="store_true",
                     help="have the workers send Celery task events (for a Flower; the demo runs none)")
+    ap.add_argument("--worker-startup-delay-s", type=float, default=0.0,
+                    help="real seconds every worker waits before it starts (an artificial cold start)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if not 0 <= args.worker_startup_delay_s < float("inf"):
+        ap.error("--worker-startup-delay-s must be a finite number of seconds >= 0")
+    if args.worker_startup_delay_s > 0:  # the daemon, its local backend and their workers inherit it
+        os.environ[STARTUP_DELAY_ENV] = repr(args.worker_startup_delay_s)
     started = time.time()
 
     def replayer(settings, engine, trace, options):
@@ -60,6 +73,7 @@ def main(argv=None) -> int:
     out = {
         "trace": args.trace, "tasks": args.tasks, "batches": args.batches, "speed": args.speed,
         "worker_nice": args.worker_nice, "worker_events": args.worker_events,
+        "worker_startup_delay_s": args.worker_startup_delay_s,
         "wall_s": round(time.time() - started, 1),
         "fidelity": report["fidelity"],
         "results": report["results"],

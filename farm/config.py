@@ -37,6 +37,8 @@ def redis_url(settings: Settings) -> str:
     return settings.redis_url or DEFAULT_REDIS_URL
 
 
+# seconds a worker waits before it starts: an artificial cold start (workers.process.startup_delay)
+STARTUP_DELAY_ENV = "FARM_WORKER_STARTUP_DELAY_S"
 ENDPOINT_FILE = "endpoint.json"  # written by `farm up` so clients on this machine find the embedded farm
 
 

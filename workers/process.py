@@ -10,13 +10,14 @@ import importlib
 import os
 import re
 import socket
+import time
 
 import billiard.pool
 from celery.utils.log import mlevel
 
 from farm import registry
 from farm.celery_app import make_app
-from farm.config import from_env
+from farm.config import STARTUP_DELAY_ENV, from_env
 from farm.pipeline import UnknownPipeline
 from workers.task import register
 
@@ -53,9 +54,29 @@ def serve(stage_queue: str, name: str | None = None, *, loglevel: str = "INFO", 
         raise WorkerArgumentError("--name", f"{name!r}: use 1-128 letters, digits or '_.@:-'")
     level = log_level(loglevel)
     settings = from_env()
+    delay = startup_delay()
+    if delay > 0:  # an artificial cold start (FARM_WORKER_STARTUP_DELAY_S): a container's or a GPU's, on a laptop
+        time.sleep(delay)
     app = make_app(settings, send_events=events)
     register(app, settings, stage_queue, name)
     return run_worker(app, settings.queue(stage_queue), name if "@" in name else f"{name}@{host}", level, events)
+
+
+def startup_delay() -> float:
+    """Seconds a worker waits before it starts (and so before it is ready): FARM_WORKER_STARTUP_DELAY_S.
+
+    For evaluating the planner with the start-ups real deployments have (image pulls, CUDA
+    initialisation, a verifier's warm-up) on workers that would otherwise be ready in a second."""
+    raw = os.environ.get(STARTUP_DELAY_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        delay = float(raw)
+    except ValueError:
+        raise WorkerArgumentError(STARTUP_DELAY_ENV, f"{STARTUP_DELAY_ENV}={raw!r} is not seconds") from None
+    if not (0 <= delay < float("inf")):
+        raise WorkerArgumentError(STARTUP_DELAY_ENV, f"{STARTUP_DELAY_ENV}={raw!r} must be finite seconds >= 0")
+    return delay
 
 
 def log_level(loglevel: str) -> int:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from farm.config import Settings
+from farm.config import STARTUP_DELAY_ENV, Settings
 from planner.backends import Backend, BackendError, Worker, WorkerState, common
 from planner.backends.launcher import Launcher, LauncherError
 from planner.backends.processes import find_by_cmdline, group_members, nice_session, process_start, worker_nice
@@ -68,6 +68,7 @@ class LocalBackend(Backend):
         nice: int | None = None,
         launcher: bool | None = None,
         events: bool | None = None,
+        startup_delay_s: float = 0.0,
     ) -> None:
         """`command` replaces `farm worker` (the backend appends `--stage S --name N`); `env` adds to the
         environment the workers inherit; `timeout_for(stage)` is the live stage timeout (the knobs');
@@ -77,11 +78,17 @@ class LocalBackend(Backend):
         from a launcher process that has its imports done (planner.backends.launcher) instead of exec'ing
         a fresh interpreter: the same worker, ready in a fraction of the CPU; `events` (default: unless
         FARM_WORKER_EVENTS=0) has the workers send Celery's task events, which Flower shows (a farm without
-        Flower saves their cost, about a millisecond of CPU per request and stage)."""
+        Flower saves their cost, about a millisecond of CPU per request and stage); `startup_delay_s`
+        delays each worker's start by that long (an artificial cold start, as containers and GPU workers
+        have: FARM_WORKER_STARTUP_DELAY_S, workers.process.startup_delay)."""
         self.settings = settings
         self.namespace = common.check_namespace(settings.namespace)
         self.command = list(command) if command else default_command()
         self.extra_env = dict(env or {})
+        if not (0 <= float(startup_delay_s) < float("inf")):
+            raise ValueError(f"startup_delay_s must be a finite number of seconds >= 0, not {startup_delay_s!r}")
+        if startup_delay_s > 0:
+            self.extra_env[STARTUP_DELAY_ENV] = repr(float(startup_delay_s))
         self.grace_s = float(grace_s)
         self.nice = worker_nice(nice)
         if events is None:

@@ -4,7 +4,10 @@ Figures (PNG, matplotlib's Agg backend): workers over time per policy and stage 
 delay per batch (10c), normalised worker time per stage (12), EBF vs FCFS mean extra delay against the
 pool of the costliest stage (14a: two batches, the second opened 100 s after the first, other stages
 ample, requests at their actual times and keys at their actual T; with the bound no dispatch order
-beats, `planner.eval.bound`), and planner runtime against the number of estimated requests (15).
+beats, `planner.eval.bound`), and planner runtime against the number of estimated requests (15). Beyond
+the paper: the start-up sweep, distrs against zq-dedicated at each of `STARTUP_SWEEP_S` (GPU-seconds
+ratio, or cost where the pipeline has no GPU stage, and mean extra delay): where the savings go when
+workers take time to start.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from farm.knobs import Knobs
 from planner.eval.bound import mean_delay_bound
 from planner.eval.loop import evaluate
 from planner.eval.runtime_case import snapshot
+from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch
 from planner.policy.decide import decide
 from planner.policy.simulate import Simulator
@@ -31,6 +35,7 @@ from planner.policy.workload import Workload
 
 POLICIES = ("zq-dedicated", "history", "distrs", "ideal")
 RUNTIME_SIZES = (1000, 2000, 4000, 8000, 16000)
+STARTUP_SWEEP_S = (0.0, 5.0, 15.0, 30.0, 60.0)
 EBF_TARGET_S = 3.0  # Fig. 14a: the pool that brings the mean extra delay under this many seconds
 
 
@@ -129,8 +134,41 @@ def _sweep_line(sweep: dict) -> str:
             f"any scheduler at least {sweep['any_smallest_' + under]}")
 
 
+def _spent(summary: dict) -> tuple[str, float]:
+    """What the sweep compares: GPU-seconds where the pipeline has a GPU stage, else the cost."""
+    if "gpu" in summary["resources"]:
+        return "gpu_s", summary["resources"]["gpu"]
+    return "cost", summary["cost"]
+
+
+def startup_sweep(trace: Trace, knobs: Knobs, startups=STARTUP_SWEEP_S, seed: int = 0,
+                  tick: Callable[[], None] = lambda: None) -> list[dict]:
+    """distrs and zq-dedicated at each fixed start-up: zq-dedicated's spend over distrs' and both mean delays."""
+    rows = []
+    for s in startups:
+        got = {}
+        for policy in ("distrs", "zq-dedicated"):
+            got[policy] = evaluate(trace, replace(knobs, policy=policy), startup=Startup.fixed(s), seed=seed).summary()
+            tick()
+        what, d = _spent(got["distrs"])
+        _, zq = _spent(got["zq-dedicated"])
+        rows.append({"startup_s": s, "measure": what, "distrs": d, "zq_dedicated": zq, "zq_over_distrs": _ratio(zq, d),
+                     "distrs_delay_mean_s": got["distrs"]["extra_delay_mean_s"],
+                     "zq_delay_mean_s": got["zq-dedicated"]["extra_delay_mean_s"]})
+    return rows
+
+
+def _startup_line(r: dict) -> str:
+    ratio = r["zq_over_distrs"]
+    return (f"start-up {r['startup_s']:g} s: zq-dedicated/distrs {r['measure']} "
+            f"{'n/a' if ratio is None else f'{ratio:.2f}x'}, mean extra delay distrs {r['distrs_delay_mean_s']:.2f} s, "
+            f"zq-dedicated {r['zq_delay_mean_s']:.2f} s")
+
+
 def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: float = 0.0, seed: int = 0,
-                echo: Callable[[str], None] = print, runtime_sizes=RUNTIME_SIZES) -> dict:
+                echo: Callable[[str], None] = print, runtime_sizes=RUNTIME_SIZES, startup: Startup | None = None,
+                sweep_startups=STARTUP_SWEEP_S) -> dict:
+    startup = startup or Startup.fixed(startup_s)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
@@ -140,7 +178,7 @@ def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: f
         bars = {p: progress.add_task(p, total=max(end - start, 1.0)) for p in POLICIES}
         for policy in POLICIES:
             bar = bars[policy]
-            results[policy] = evaluate(trace, replace(knobs, policy=policy), startup_s=startup_s, seed=seed,
+            results[policy] = evaluate(trace, replace(knobs, policy=policy), startup=startup, seed=seed,
                                      progress=lambda now, bar=bar: progress.update(bar, completed=now - start))
             progress.update(bar, completed=end - start)
         sweep_bar = progress.add_task("EBF vs FCFS sweep", total=1)
@@ -149,6 +187,8 @@ def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: f
         rt_bar = progress.add_task("planner runtime", total=1)
         runtime = runtime_curve(runtime_sizes)
         progress.update(rt_bar, completed=1)
+        su_bar = progress.add_task("start-up sweep", total=max(2 * len(sweep_startups), 1))
+        startups = startup_sweep(trace, knobs, sweep_startups, seed, lambda: progress.advance(su_bar))
     rows = {p: r.summary() for p, r in results.items()}
     d, zq, hist, ideal = rows["distrs"], rows["zq-dedicated"], rows["history"], rows["ideal"]
     ratios = {
@@ -160,9 +200,12 @@ def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: f
         f"distrs_over_ideal_normalized_{s}": _ratio(d["stages"][s]["normalized"] or 0, ideal["stages"][s]["normalized"] or 0)
         for s in d["stages"]
     })
-    table = _table(rows) + "\n" + _sweep_line(sweep)
-    report = {"policies": rows, "ratios": ratios, "ebf_vs_fcfs": sweep, "runtime": runtime, "table": table}
+    table = _table(rows) + "\n" + _sweep_line(sweep) + "".join("\n" + _startup_line(r) for r in startups)
+    report = {"policies": rows, "ratios": ratios, "ebf_vs_fcfs": sweep, "runtime": runtime, "startup_sweep": startups,
+              "table": table}
     _figures(results, sweep, runtime, out)
+    if startups:
+        _startup_figure(startups, out)
     (out / "compare.json").write_text(json.dumps(report, indent=1))
     echo(f"figures and compare.json written to {out}")
     return report
@@ -241,4 +284,28 @@ def _figures(results, sweep, runtime, out: Path) -> None:
     ax.set_title("planner runtime (Fig. 15)")
     fig.tight_layout()
     fig.savefig(out / "fig15_runtime.png", dpi=110)
+    plt.close(fig)
+
+
+def _startup_figure(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r["startup_s"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(x, [r["zq_over_distrs"] or 0 for r in rows], marker="o")
+    left.set_xlabel("worker start-up (s)")
+    left.set_ylabel(f"zq-dedicated / distrs ({rows[0]['measure']})")
+    left.set_ylim(bottom=0)
+    left.set_title("savings against start-up")
+    for key, label in (("distrs_delay_mean_s", "distrs"), ("zq_delay_mean_s", "zq-dedicated")):
+        right.plot(x, [r[key] for r in rows], marker="o", label=label)
+    right.set_xlabel("worker start-up (s)")
+    right.set_ylabel("mean extra delay (s)")
+    right.set_title("extra delay against start-up")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(out / "startup_sweep.png", dpi=110)
     plt.close(fig)

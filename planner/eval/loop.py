@@ -18,33 +18,41 @@ from typing import Callable
 from farm.knobs import Knobs
 from planner.eval.handlers import HANDLERS
 from planner.eval.metrics import EvalResult
+from planner.eval.startup import Startup
 from planner.eval.state import FarmState
 from planner.eval.trace import Trace
 from planner.policy.decide import decide, parse_policy
 
-STARTUP_PRESETS = {"paper": 0.0, "realistic": 30.0}  # seconds for a new worker to be ready
-
 
 def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0, pipeline: str = "trace",
              progress: Callable[[float], None] | None = None, startup_per_start_s: float = 0.0,
-             retire_s: float = 0.0, policy_startup_s: float | None = None, dispatch_s: float = 0.0) -> EvalResult:
+             retire_s: float = 0.0, policy_startup_s: float | None = None, dispatch_s: float = 0.0,
+             startup: Startup | None = None) -> EvalResult:
     """Replay `trace` under `knobs` (policy, scheduler, D, tick); metrics as docs/design.md defines them.
 
     A new worker is ready `startup_s + startup_per_start_s x (workers starting then + its rank in the
     decision)` later; a retired one exists `retire_s` longer; a request reaches its worker `dispatch_s`
     after it is taken (see `planner.eval.state`). The defaults, `farm eval`'s model: a constant start-up,
-    no exit lag, no dispatch latency. The policy is told a start-up of `policy_startup_s` (default:
-    `startup_s`), as a live planner is told its configured or observed one."""
+    no exit lag, no dispatch latency. `startup` (a distribution) replaces `startup_s`: each new worker
+    draws its own, from a stream seeded by `seed` apart from the policy's. The policy is told a start-up
+    of `policy_startup_s` (default: the distribution's `plan_s`, its 90th percentile), as a live planner
+    is told the one its workers' lives show."""
+    if startup is None:
+        startup = Startup.fixed(startup_s) if isinstance(startup_s, (int, float)) and math.isfinite(startup_s) \
+            and startup_s >= 0 else None
+        if startup is None:
+            raise ValueError(f"startup_s must be a finite number >= 0, not {startup_s!r}")
     if policy_startup_s is None:
-        policy_startup_s = startup_s
-    for name, value in (("startup_s", startup_s), ("startup_per_start_s", startup_per_start_s),
+        policy_startup_s = startup.plan_s
+    for name, value in (("startup_per_start_s", startup_per_start_s),
                         ("retire_s", retire_s), ("policy_startup_s", policy_startup_s), ("dispatch_s", dispatch_s)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
     if not trace.batches:
         raise ValueError("the trace has no batches to replay")
     kind, _ = parse_policy(knobs.policy, len(trace.stages))
-    farm = FarmState(trace, knobs, kind=kind, pipeline=pipeline, startup_s=startup_s,
+    farm = FarmState(trace, knobs, kind=kind, pipeline=pipeline, startup=startup,
+                     startup_rng=random.Random(f"startup-{seed}"),
                      startup_per_start_s=startup_per_start_s, retire_s=retire_s, policy_startup_s=policy_startup_s,
                      dispatch_s=dispatch_s)
     rng = random.Random(seed)
@@ -68,5 +76,5 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
                 progress(now)
         farm.dispatch(now)
         farm.record(now)
-    return EvalResult.build(trace, knobs, startup_s, farm.batches, farm.alloc, farm.busy_s, farm.timeline,
+    return EvalResult.build(trace, knobs, startup, farm.batches, farm.alloc, farm.busy_s, farm.timeline,
                             farm.decisions, now)

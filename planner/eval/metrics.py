@@ -23,7 +23,7 @@ class EvalResult:
     policy: str
     scheduler: str
     delay_s: float
-    startup_s: float
+    startup_s: float  # the start-up's median (the constant one, without jitter)
     stage_names: tuple[str, ...]
     resources: tuple[str, ...]
     costs: tuple[float, ...]
@@ -37,11 +37,13 @@ class EvalResult:
     timeline: tuple[tuple[float, tuple[int, ...]], ...]  # (time, workers per stage) at every change
     decisions: np.ndarray  # (d, 3): time, runtime s, estimated requests
     end_s: float
+    startup: str = ""  # the start-up as `farm eval --startup-s` writes it (a distribution's spec)
 
     @classmethod
-    def build(cls, trace, knobs, startup_s, batches, alloc, busy_s, timeline, decisions, end) -> "EvalResult":
+    def build(cls, trace, knobs, startup, batches, alloc, busy_s, timeline, decisions, end) -> "EvalResult":
         return cls(
-            policy=knobs.policy, scheduler=knobs.scheduler, delay_s=knobs.delay_s, startup_s=startup_s,
+            policy=knobs.policy, scheduler=knobs.scheduler, delay_s=knobs.delay_s,
+            startup_s=startup.quantile(0.5), startup=startup.describe(),
             stage_names=tuple(s.name for s in trace.stages), resources=tuple(s.resource for s in trace.stages),
             costs=tuple(s.cost for s in trace.stages), batch_ids=tuple(b.id for b in batches),
             tasks=tuple(b.tb.task for b in batches),
@@ -75,6 +77,7 @@ class EvalResult:
             "scheduler": self.scheduler,
             "delay_s": self.delay_s,
             "startup_s": self.startup_s,
+            "startup": self.startup,
             "batches": len(self.batch_ids),
             "requests": self.requests,
             "extra_delay_mean_s": float(d.mean()),

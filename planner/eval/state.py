@@ -1,8 +1,9 @@
 """The simulated farm of the replay: elastic pools, the trace's batches, the stage queues and the accounting.
 
 The handlers (`planner.eval.handlers`) change this state one event at a time, the loop asks it for the
-policy's snapshot and applies the decision. Pools grow by workers that are ready `startup_s` later, and
-shrink by retiring idle workers at once, then workers still starting, then busy ones as they finish their
+policy's snapshot and applies the decision. Pools grow by workers that are ready a start-up later (each
+its own draw of the start-up distribution, constant by default), and shrink by retiring workers still
+starting, then idle workers at once, then busy ones as they finish their
 request (the first to finish leaves first). A free worker takes the most urgent request of its stage
 (EBF: the batch key of the latest decision, then queue time; FCFS: queue time), so queued requests are
 re-ordered when a decision changes a key, as in the live queues.
@@ -10,7 +11,7 @@ re-ordered when a decision changes a key, as in the live queues.
 Three optional physical effects, all off by default (`farm eval` models none), for `farm replay`'s
 prediction of a live run with parameters measured on that run:
 
-- start-up under load: a new worker is ready `startup_s + startup_per_start_s x n` later, n the workers
+- start-up under load: a new worker is ready `startup + startup_per_start_s x n` later, n the workers
   still starting at that moment plus its rank among the decision's new workers (stage order): start-ups
   share the machine's CPUs and finish in turn.
 - exit lag: a retired worker still exists for `retire_s` (an idle or starting one from its retirement, a
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from farm.knobs import Knobs
 from planner.eval.kernel import EventQueue
+from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch
 from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision, Snapshot, StageState
 
@@ -84,10 +87,11 @@ class Batch:
 class FarmState:
     """Everything the replay's handlers share: the pools, the batches, the event queue and the metrics' sums."""
 
-    def __init__(self, trace: Trace, knobs: Knobs, *, kind: str, pipeline: str, startup_s: float,
-                 startup_per_start_s: float, retire_s: float, policy_startup_s: float, dispatch_s: float) -> None:
+    def __init__(self, trace: Trace, knobs: Knobs, *, kind: str, pipeline: str, startup: Startup,
+                 startup_rng: random.Random, startup_per_start_s: float, retire_s: float, policy_startup_s: float,
+                 dispatch_s: float) -> None:
         self.trace, self.knobs, self.kind, self.pipeline = trace, knobs, kind, pipeline
-        self.startup_s, self.startup_per_start_s = startup_s, startup_per_start_s
+        self.startup, self.startup_rng, self.startup_per_start_s = startup, startup_rng, startup_per_start_s
         self.retire_s, self.policy_startup_s, self.dispatch_s = retire_s, policy_startup_s, dispatch_s
         self.dedicated = kind == "zq-dedicated"
         self.m = len(trace.stages)
@@ -202,12 +206,16 @@ class FarmState:
             p = pools.setdefault((k, task), Pool())
             p.target = int(n)
             if p.count > p.target:
-                idle = min(p.idle, p.count - p.target)
-                p.idle -= idle
-                self.leave(p, idle, now)
-                for wid in sorted(p.starting, key=lambda w: -p.starting[w])[: max(p.count - p.target, 0)]:
+                # the youngest first, as the live planner retires (planner.runtime.pools): workers still
+                # starting (the latest to be ready first), then idle ones; a worker ready this instant is
+                # idle until the dispatch that follows the decision, and keeping it is worth more than
+                # keeping one that serves nobody yet
+                for wid in sorted(p.starting, key=lambda w: -p.starting[w])[: p.count - p.target]:
                     del p.starting[wid]
                     self.leave(p, 1, now)
+                idle = min(p.idle, max(p.count - p.target, 0))
+                p.idle -= idle
+                self.leave(p, idle, now)
                 # busy workers beyond the target leave as they finish (see handlers.on_finish)
         new = {key: pools[key].target - pools[key].count for key in targets if pools[key].count < pools[key].target}
         if not new:
@@ -220,7 +228,7 @@ class FarmState:
             p = pools[key]
             for _ in range(n):
                 j += 1
-                ready_at = now + self.startup_s + self.startup_per_start_s * (under_way + j)
+                ready_at = now + self.startup.draw(self.startup_rng) + self.startup_per_start_s * (under_way + j)
                 if ready_at > now:
                     wid = next(self.ids)
                     p.starting[wid] = ready_at

@@ -15,10 +15,11 @@ every `knobs.tick_s`, so the pool needed *now* is only what that schedule keeps 
 decision can take effect (`tick_s + startup_s`): that is the decision, and an idle rollout phase costs
 nothing. The shorter the tick, the closer the pools follow that schedule: decisions take milliseconds,
 so the default tick is one second. Where a request the estimate did not foresee could wait longer than D
-for the next decision's worker (`tick_s + startup_s > D`), estimating policies add a spare worker per stage
-for batches in their end phase (`_reserve`). A scale-down inside the tolerance band (the pool at most
-10% over its need, as Kubernetes' replica calculator tolerates; see `_band`) is skipped: no churn for a
-worker or two.
+for the next decision's worker (`tick_s + startup_s > D`), estimating policies keep spare workers at the
+stages that requests of batches in their end phase may still reach, as many as such requests can take
+before a replacement could be ready and never more than may still arrive (`_reserve`). A scale-down
+inside the tolerance band (the pool at most 10% over its need, as Kubernetes' replica calculator
+tolerates; see `_band`) is skipped: no churn for a worker or two.
 
 A task's first batch borrows the pipeline's other tasks' history; with none at all (a cold farm) see
 `planner.policy.estimate` for the default. The EBF key of a batch is its T from Eq. 1-2 over its estimated
@@ -37,7 +38,7 @@ from farm.knobs import Knobs
 from planner.policy.estimate import estimate
 from planner.policy.search import search
 from planner.policy.simulate import peak_busy
-from planner.policy.snapshot import DONE, ActiveBatch, Decision, Snapshot
+from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Decision, Snapshot
 
 POLICIES = ("distrs", "history", "ideal", "zq-dedicated", "static:N1,N2,...")
 TOLERANCE = 0.1  # keep a pool up to 10% above its need rather than retire a worker or two
@@ -105,30 +106,50 @@ def _zq_batch(snapshot: Snapshot, b: ActiveBatch, lookahead: float) -> np.ndarra
     return np.maximum(_zero_queue_peaks(np.asarray(h, dtype=np.float64)), present)
 
 
+def _reuse_s(snapshot: Snapshot) -> np.ndarray:
+    """Per stage, how soon a spare taken by an unforeseen request is free again: the 90th percentile of
+    the stage's time in the history, and never longer than a new worker takes to start (a spare used
+    up is replaced that late). Without history a spare counts as used up until its replacement is
+    ready (the worst case: more spares)."""
+    m = len(snapshot.stages)
+    out = np.full(m, snapshot.startup_s)
+    rows = [np.asarray(h, dtype=np.float64) for _, h in sorted(snapshot.history.items()) if len(h)]
+    if rows:
+        h = np.concatenate(rows)
+        for k in range(m):
+            times = h[h[:, 1 + k] > 0, 1 + k]
+            if len(times):
+                out[k] = min(snapshot.startup_s, float(np.quantile(times, 0.9)))
+    return out
+
+
 def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
     """Spare workers at each stage that a request of a batch in its end phase may still reach.
 
     The estimate cannot say which in-flight request goes on to a later stage nor when; near a batch's
     end such a request may be its critical one, and it waits for the next decision's worker: up to
-    `tick_s + startup_s`. Within D that wait needs no spare. Beyond it, each stage that a request of a
-    batch in its end phase (due within the sum of the timeouts: any request still out may be critical)
-    may still reach keeps one spare, however many such batches, plus one per tick a new worker takes to
-    start (a spare used up is replaced that late).
+    `tick_s + startup_s`. Within D that wait needs no spare. Beyond it, each stage that requests of
+    batches in their end phase (due within the sum of the timeouts: any request still out may be
+    critical) may still reach keeps spares: one, plus one per tick that a spare taken by such a
+    request stays taken (`_reuse_s`: its stage time, at most a new worker's start-up). Never more
+    than the requests that may still reach the stage: a spare nobody can take is waste.
     """
     m = len(snapshot.stages)
     if knobs.tick_s + snapshot.startup_s <= knobs.delay_s:
         return np.zeros(m, dtype=np.int64)
     horizon = float(snapshot.timeouts.sum())
-    may = np.zeros(m, dtype=np.int64)
+    may = np.zeros(m, dtype=np.int64)  # requests of end-phase batches that may still arrive at each stage
+    stages = np.arange(m)
     for b, key in zip(snapshot.batches, keys):
         if key - snapshot.now > horizon:
             continue
         live = b.state != DONE
-        if b.outstanding > 0:
-            may[:] = 1
-        elif live.any():
-            may[int(b.stage[live].min()):] = 1
-    return may * (1 + math.ceil(snapshot.startup_s / knobs.tick_s))
+        # a request queued at stage k, or anywhere before it, may still arrive there; one running at k holds its worker
+        before = (b.stage[live][None, :] < stages[:, None]) | (
+            (b.stage[live][None, :] == stages[:, None]) & (b.state[live][None, :] != RUNNING))
+        may += b.outstanding + before.sum(axis=1)
+    spares = 1 + np.ceil(_reuse_s(snapshot) / knobs.tick_s).astype(np.int64)
+    return np.minimum(may, spares)
 
 
 def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:

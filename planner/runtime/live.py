@@ -27,6 +27,7 @@ from farm.protocol.state import RequestState
 from farm.store import queries
 from farm.store.models import Batch, Task, Worker
 from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
+from planner.policy.startup import StartupStats, summarise
 from planner.runtime.view import PipelineView
 
 log = logging.getLogger("farm.planner")
@@ -168,24 +169,34 @@ class LiveFarm:
     """Reads the live farm (farm.protocol.live.inspect plus each active batch's request states) and the store."""
 
     def __init__(self, settings: Any, redis: Any, engine: Any, *, startup_s: float = 0.0,
-                 pipelines: Sequence[str] | None = None) -> None:
+                 pipelines: Sequence[str] | None = None, backend: str | None = None) -> None:
         self.settings, self.redis, self.engine = settings, redis, engine
         self.startup_s = startup_s
+        self.backend = backend
         self.only = tuple(pipelines) if pipelines else None
         self.histories: dict[str, HistoryCache] = {}
-        self._startup: tuple[float, float] | None = None  # (read at, observed start-up)
+        self._startup: tuple[float, dict[str, StartupStats]] | None = None  # (read at, per stage queue)
 
-    def startup(self, now: float) -> float:
-        """The start-up the policy plans with: the configured one, or what the workers' lives in the
-        store show when that is longer (a loaded machine starts workers slower; plan for the worse)."""
-        if self._startup is None or now - self._startup[0] > (STARTUP_REFRESH_S if self._startup[1] else STARTUP_RETRY_S):
+    def startups(self, now: float) -> dict[str, StartupStats]:
+        """Per stage queue, the start-ups of this backend's workers spawned in the last `STARTUP_WINDOW_S`
+        (stages with fewer than `STARTUP_MIN_SAMPLES` left out), re-read every few seconds."""
+        every = STARTUP_REFRESH_S if self._startup and self._startup[1] else STARTUP_RETRY_S
+        if self._startup is None or now - self._startup[0] > every:
             try:
-                observed = observed_startup(self.engine, since=now - STARTUP_WINDOW_S)
+                observed = observed_startups(self.engine, since=now - STARTUP_WINDOW_S, backend=self.backend)
             except Exception:
                 log.warning("could not read worker start-up times from the store", exc_info=True)
-                observed = None
-            self._startup = (now, observed or 0.0)
-        return max(self.startup_s, self._startup[1])
+                observed = {}
+            self._startup = (now, observed)
+        return self._startup[1]
+
+    def startup(self, now: float, queues: Sequence[str] | None = None) -> float:
+        """The start-up the policy plans with for a pipeline of these stage queues (all when None): the
+        configured one, or the 90th percentile its workers' lives show when that is longer (a loaded
+        machine starts workers slower; plan for the worse). The snapshot has one start-up per pipeline,
+        so its slowest stage's: a longer start-up only starts workers earlier."""
+        seen = [st.plan_s for q, st in self.startups(now).items() if queues is None or q in queues]
+        return max([self.startup_s, *seen])
 
     def _history(self, pipeline: str) -> HistoryCache:
         if pipeline not in self.histories:
@@ -243,7 +254,8 @@ class LiveFarm:
                 states, results = raw[2 * i], raw[2 * i + 1]
                 batches.append(active_batch(b, stage_names, states, results,
                                             pending.get(b.batch_id, {}), running.get(b.batch_id, {})))
-            snap, cold = snapshot(now, pipeline, knobs, pools, batches, self._history(name), self.startup(now))
+            snap, cold = snapshot(now, pipeline, knobs, pools, batches, self._history(name),
+                                  self.startup(now, pipeline.queues))
             views.append(PipelineView(name, tuple(pipeline.queues), snap,
                                       {b.id: b.size for b in batches}, cold, busy))
         return views
@@ -255,12 +267,25 @@ STARTUP_RETRY_S = 1.0  # ... and this often while too few workers have been seen
 STARTUP_MIN_SAMPLES = 3
 
 
+def startup_rows(engine: Any, since: float, backend: str | None = None) -> list[tuple[str | None, str, float]]:
+    """(backend, stage, seconds from spawn to ready) of the workers spawned since `since` that became ready."""
+    query = select(Worker.backend, Worker.stage, Worker.spawned_at, Worker.ready_at).where(
+        Worker.spawned_at >= since, Worker.ready_at.is_not(None))
+    if backend is not None:
+        query = query.where(Worker.backend == backend)
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return [(r.backend, r.stage, r.ready_at - r.spawned_at) for r in rows if r.ready_at >= r.spawned_at]
+
+
+def observed_startups(engine: Any, since: float, backend: str | None = None) -> dict[str, StartupStats]:
+    """Per stage queue, the start-up statistics of one backend's recent workers (enough samples only)."""
+    return {st.stage: st for st in summarise(startup_rows(engine, since, backend)) if st.count >= STARTUP_MIN_SAMPLES}
+
+
 def observed_startup(engine: Any, since: float) -> float | None:
     """Median seconds from spawn to ready of the workers spawned since `since` (None with too few)."""
-    with engine.connect() as conn:
-        rows = conn.execute(select(Worker.spawned_at, Worker.ready_at).where(
-            Worker.spawned_at >= since, Worker.ready_at.is_not(None))).all()
-    delays = [r.ready_at - r.spawned_at for r in rows if r.ready_at >= r.spawned_at]
+    delays = [d for _, _, d in startup_rows(engine, since)]
     return float(np.median(delays)) if len(delays) >= STARTUP_MIN_SAMPLES else None
 
 

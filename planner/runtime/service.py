@@ -91,13 +91,18 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
 
     heartbeat = heartbeat_key(settings.namespace)
 
+    view = LiveFarm(settings, client, engine, pipelines=pipelines, backend=kind,
+                    startup_s=STARTUP_S.get(kind, 2.0) if startup_s is None else startup_s)
+
     def on_step(records: list[DecisionRecord]) -> None:
         tick = knobs().tick_s
-        client.set(heartbeat, json.dumps({"pid": os.getpid(), "at": time.time(), "backend": kind,
-                                          "decisions": len(records)}), px=int(max(3 * tick, 5.0) * 1000))
+        now = time.time()
+        startups = {q: {"count": st.count, "median_s": st.median_s, "plan_s": st.plan_s, "max_s": st.max_s}
+                    for q, st in view.startups(now).items()}  # `farm status` shows them
+        client.set(heartbeat, json.dumps({"pid": os.getpid(), "at": now, "backend": kind, "decisions": len(records),
+                                          "startup_s": view.startup_s, "startups": startups}),
+                   px=int(max(3 * tick, 5.0) * 1000))
 
-    view = LiveFarm(settings, client, engine, pipelines=pipelines,
-                    startup_s=STARTUP_S.get(kind, 2.0) if startup_s is None else startup_s)
     daemon = Daemon(view=view, backend=backend, decide=decide, knobs=knobs,
                     set_estimate=dispatch.set_estimate, record=record, seed=seed, cold_workers=cold_workers,
                     on_step=on_step)

@@ -58,3 +58,21 @@ def test_status_names_the_planner_daemon_that_serves_the_farm(settings):
     result = _status(settings)
     assert result.exit_code == 0, result.output
     assert "pid 4242 (local backend)" in result.output
+
+
+def test_status_shows_the_start_up_each_stage_s_workers_take(settings):
+    import redis
+
+    from planner.runtime.service import heartbeat_key
+
+    startups = {"synthetic.compile": {"count": 12, "median_s": 28.0, "plan_s": 41.5, "max_s": 50.0}}
+    client = redis.Redis.from_url(settings.redis_url)
+    client.set(heartbeat_key(settings.namespace), json.dumps({"pid": 1, "backend": "docker", "startups": startups}),
+               ex=30)
+    client.close()
+    with RewardClient(settings) as c:
+        c.open_batch("task-u", "synthetic", 2).submit("r0", {"times": [1.0, 0.5]})
+    report = json.loads(_status(settings, "--json").output)
+    assert report["stages"]["synthetic.compile"]["startup"]["plan_s"] == 41.5
+    table = _status(settings).output
+    assert "28.0 / 41.5 s (12)" in table

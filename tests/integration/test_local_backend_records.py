@@ -301,3 +301,22 @@ def test_workers_without_task_events_are_told_so(settings):
         assert log.read_text().split() == ["events", "0"]  # `farm worker` reads it as --no-events
     finally:
         os.killpg(int(worker.ref), 9)
+
+
+def test_an_artificial_start_up_delays_a_workers_readiness_by_that_long(settings):
+    backend = LocalBackend(settings, startup_delay_s=2.0)
+    try:
+        (worker,) = backend.spawn(STAGE, 1)
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(w.state == WorkerState.RUNNING for w in backend.list()):
+            time.sleep(0.1)
+        (spawned,), (ready,) = lives(settings, "worker_spawned"), lives(settings, "worker_ready")
+        assert float(ready["at"]) - float(spawned["at"]) >= 2.0
+    finally:
+        backend.retire([w.name for w in backend.list()])
+        backend.close()
+
+
+def test_an_artificial_start_up_that_is_not_seconds_is_refused(settings):
+    with pytest.raises(ValueError, match="startup_delay_s"):
+        LocalBackend(settings, startup_delay_s=-1.0)

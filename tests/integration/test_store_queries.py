@@ -82,6 +82,26 @@ def test_allocated_seconds_integrate_the_workers_that_exist_over_the_window(engi
     assert [w.name for w in accounting.worker_lives(engine, 100.0, 200.0)] == ["c1", "c2"]
 
 
+def test_start_ups_are_read_per_backend_and_stage_from_the_worker_lives(engine, record):
+    from planner.runtime.live import observed_startups
+
+    for i, took in enumerate((20.0, 25.0, 30.0, 60.0)):
+        record.emit("worker_spawned", worker=f"g{i}", stage="synthetic.execute", backend="docker", at=1000.0 + i)
+        record.emit("worker_ready", worker=f"g{i}", stage="synthetic.execute", at=1000.0 + i + took)
+    for i in range(3):
+        record.emit("worker_spawned", worker=f"l{i}", stage="synthetic.execute", backend="local", at=1000.0 + i)
+        record.emit("worker_ready", worker=f"l{i}", stage="synthetic.execute", at=1001.0 + i)
+    record.emit("worker_spawned", worker="c0", stage="synthetic.compile", backend="docker", at=1000.0)  # never ready
+    record.emit("worker_spawned", worker="old", stage="synthetic.execute", backend="docker", at=10.0)
+    record.emit("worker_ready", worker="old", stage="synthetic.execute", at=500.0)  # before the window
+    record()
+    seen = observed_startups(engine, since=900.0, backend="docker")
+    assert set(seen) == {"synthetic.execute"}
+    execute = seen["synthetic.execute"]
+    assert (execute.count, execute.median_s, execute.max_s) == (4, 27.5, 60.0) and 30.0 < execute.plan_s < 60.0
+    assert observed_startups(engine, since=900.0, backend="local")["synthetic.execute"].median_s == 1.0
+
+
 def test_busy_seconds_sum_stage_times_clipped_to_the_window(engine, record):
     record.emit.batch("b1", "t1", 100.0, [[0.0, 10.0, 4.0], [20.0, 6.0, 0.0]], completed_at=130.0)
     record()

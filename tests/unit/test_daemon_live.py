@@ -127,20 +127,37 @@ def test_the_snapshot_carries_the_knobs_overrides_and_the_pools():
 
 def test_the_start_up_the_policy_plans_with_is_read_again_soon_while_unobserved(monkeypatch):
     import planner.runtime.live as live
+    from planner.policy.startup import StartupStats
 
-    answers = [None, None, 2.5, 0.7]
+    slow = {"cuda.execute": StartupStats("local", "cuda.execute", 5, 2.0, 2.5, 3.0)}
+    fast = {"cuda.execute": StartupStats("local", "cuda.execute", 5, 0.5, 0.7, 0.8)}
+    answers = [{}, {}, slow, fast]
     reads = []
 
-    def observed(engine, since):
-        reads.append(since)
+    def observed(engine, since, backend=None):
+        reads.append((since, backend))
         return answers[len(reads) - 1]
 
-    monkeypatch.setattr(live, "observed_startup", observed)
-    farm = live.LiveFarm(SimpleNamespace(namespace="t"), redis=None, engine=None, startup_s=1.0)
+    monkeypatch.setattr(live, "observed_startups", observed)
+    farm = live.LiveFarm(SimpleNamespace(namespace="t"), redis=None, engine=None, startup_s=1.0, backend="local")
 
     assert farm.startup(100.0) == 1.0  # nothing observed yet: the configured prior
     assert farm.startup(100.0 + live.STARTUP_RETRY_S / 2) == 1.0 and len(reads) == 1
     assert farm.startup(101.0 + live.STARTUP_RETRY_S) == 1.0 and len(reads) == 2  # asked again a second later
-    assert farm.startup(102.1 + 2 * live.STARTUP_RETRY_S) == 2.5  # observed: slower than the prior
+    assert farm.startup(102.1 + 2 * live.STARTUP_RETRY_S) == 2.5  # observed: slower than the prior, its p90
     assert farm.startup(103.0 + 2 * live.STARTUP_RETRY_S) == 2.5 and len(reads) == 3  # kept for a while
     assert farm.startup(110.0 + live.STARTUP_REFRESH_S) == 1.0 and len(reads) == 4  # faster: the prior stays
+    assert {backend for _, backend in reads} == {"local"}  # only this backend's workers
+
+
+def test_a_pipeline_plans_with_the_slowest_start_up_of_its_own_stages(monkeypatch):
+    import planner.runtime.live as live
+    from planner.policy.startup import StartupStats
+
+    seen = {"cuda.compile": StartupStats("docker", "cuda.compile", 9, 4.0, 6.0, 7.0),
+            "cuda.execute": StartupStats("docker", "cuda.execute", 9, 30.0, 45.0, 50.0),
+            "code.run": StartupStats("docker", "code.run", 9, 2.0, 3.0, 3.0)}
+    monkeypatch.setattr(live, "observed_startups", lambda engine, since, backend=None: seen)
+    farm = live.LiveFarm(SimpleNamespace(namespace="t"), redis=None, engine=None, startup_s=5.0, backend="docker")
+    assert farm.startup(0.0, ("cuda.compile", "cuda.execute")) == 45.0
+    assert farm.startup(0.0, ("code.run",)) == 5.0  # quicker than configured: plan with the configured one

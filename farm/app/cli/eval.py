@@ -8,8 +8,9 @@ import click
 
 from farm.knobs import SCHEDULERS, Knobs, StageKnobs
 from planner.eval import trace as tr
-from planner.eval.compare import run_compare
-from planner.eval.loop import STARTUP_PRESETS, evaluate
+from planner.eval.compare import STARTUP_SWEEP_S, run_compare
+from planner.eval.loop import evaluate
+from planner.eval.startup import Startup, parse_startup
 from planner.policy.decide import parse_policy
 
 
@@ -20,22 +21,33 @@ def _load(spec: str):
         raise click.ClickException(str(e)) from None
 
 
-def _startup(value: str) -> float:
-    if value in STARTUP_PRESETS:
-        return STARTUP_PRESETS[value]
+def _startup(value: str) -> Startup:
     try:
-        seconds = float(value)
+        return parse_startup(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--startup-s") from None
+
+
+def _sweep(value: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(x) for x in value.split(",") if x.strip())
     except ValueError:
-        raise click.BadParameter(f"expected seconds or one of {', '.join(STARTUP_PRESETS)}") from None
-    if seconds < 0:
-        raise click.BadParameter("must be >= 0")
-    return seconds
+        raise click.BadParameter(f"expected seconds separated by commas, not {value!r}",
+                                 param_hint="--startup-sweep") from None
+    if any(not (x >= 0) or x == float("inf") for x in out):
+        raise click.BadParameter("start-ups must be finite numbers >= 0", param_hint="--startup-sweep")
+    return out
+
+
+def _startup_text(summary: dict) -> str:
+    spec = summary.get("startup") or format(summary["startup_s"], "g")
+    return f"{spec} s" if spec.replace(".", "", 1).isdigit() else spec
 
 
 def _table(summary: dict) -> str:
     lines = [
         f"policy {summary['policy']}  scheduler {summary['scheduler']}  D {summary['delay_s']:g} s  "
-        f"start-up {summary['startup_s']:g} s",
+        f"start-up {_startup_text(summary)}",
         f"{summary['batches']} batches, {summary['requests']} requests, {summary['decisions']} decisions",
         f"extra delay   mean {summary['extra_delay_mean_s']:.3f} s   p95 {summary['extra_delay_p95_s']:.3f} s   "
         f"max {summary['extra_delay_max_s']:.3f} s",
@@ -59,7 +71,9 @@ def _table(summary: dict) -> str:
 @click.option("--scheduler", type=click.Choice(SCHEDULERS), default="ebf", show_default=True)
 @click.option("--delay", "delay_s", type=float, default=2.0, show_default=True, help="D: tolerated extra delay (s)")
 @click.option("--startup-s", "startup", default="0", show_default=True,
-              help="seconds for a new worker to be ready, or a preset: paper (0), realistic (30)")
+              help="seconds for a new worker to be ready: a number, a preset (paper: 0, realistic: 30), "
+                   "lognormal:MEDIAN,SIGMA, or file:PATH of observed samples; the policy plans with its "
+                   "90th percentile")
 @click.option("--tick-s", type=float, default=Knobs.tick_s, show_default=True, help="periodic decision interval (s)")
 @click.option("--max-workers", type=int, default=100_000, show_default=True, help="upper bound of every pool")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
@@ -67,14 +81,17 @@ def _table(summary: dict) -> str:
 @click.option("--compare", is_flag=True, help="run every policy, print a side-by-side table and write figures")
 @click.option("--runtime-sizes", default="1000,2000,4000,8000,16000", show_default=True,
               help="--compare: estimated-request counts of the planner-runtime figure (comma list)")
+@click.option("--startup-sweep", default=",".join(f"{x:g}" for x in STARTUP_SWEEP_S), show_default=True,
+              help="--compare: fixed start-ups of the start-up sweep (comma list; empty to skip)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
               help="where --compare writes its figures and JSON")
 def eval_(trace, policy, scheduler, delay_s, startup, tick_s, max_workers, seed, as_json, compare, runtime_sizes,
-          out_dir):
+          startup_sweep, out_dir):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
     t = _load(trace)
-    startup_s = _startup(startup)
+    startup = _startup(startup)
+    sweep = _sweep(startup_sweep)
     try:
         parse_policy(policy, len(t.stages))
         stages = {f"trace.{s.name}": StageKnobs(max_workers=max_workers) for s in t.stages}
@@ -86,10 +103,11 @@ def eval_(trace, policy, scheduler, delay_s, startup, tick_s, max_workers, seed,
             sizes = tuple(int(x) for x in runtime_sizes.split(","))
         except ValueError:
             raise click.BadParameter(f"--runtime-sizes must be whole numbers, not {runtime_sizes!r}") from None
-        report = run_compare(t, knobs, out_dir=out_dir, startup_s=startup_s, seed=seed, runtime_sizes=sizes,
+        report = run_compare(t, knobs, out_dir=out_dir, startup=startup, seed=seed, runtime_sizes=sizes,
+                             sweep_startups=sweep,
                              echo=lambda line: click.echo(line, err=True))
         click.echo(json.dumps(report, indent=1) if as_json else report["table"])
         return
-    result = evaluate(t, knobs, startup_s=startup_s, seed=seed)
+    result = evaluate(t, knobs, startup=startup, seed=seed)
     summary = result.summary()
     click.echo(json.dumps(summary) if as_json else _table(summary))

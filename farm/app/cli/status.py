@@ -1,4 +1,6 @@
-"""`farm status`: per stage queued / running / workers, per active batch progress n/B and estimated T."""
+"""`farm status`: per stage queued / running / workers and the start-up its workers take, per active batch
+progress n/B and estimated T. Start-ups come from the planner daemon's heartbeat (it reads them from the
+worker lives in the store): with no daemon running there is none to show."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from planner.runtime.service import planner_alive
 
 def status_report(live, knobs, planner: dict | None = None) -> dict:
     """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
+    startups = (planner or {}).get("startups") or {}
     return {
         "now": live.now,
         "planner": planner,
@@ -30,6 +33,8 @@ def status_report(live, knobs, planner: dict | None = None) -> dict:
                 "running": len(st.running),
                 "workers": sum(1 for w in st.workers if w.alive),
                 "idle": sum(1 for w in st.workers if w.alive and w.idle),
+                # seconds from spawn to ready of the daemon's backend's recent workers (None: too few seen)
+                "startup": startups.get(q),
             }
             for q, st in sorted(live.stages.items())
         },
@@ -41,6 +46,12 @@ def status_report(live, knobs, planner: dict | None = None) -> dict:
             for b in live.batches
         ],
     }
+
+
+def _startup_cell(st: dict | None) -> str:
+    if not st:
+        return "-"
+    return f"{st['median_s']:.1f} / {st['plan_s']:.1f} s ({st['count']})"
 
 
 def _relative(t: float, now: float) -> str:
@@ -72,9 +83,10 @@ def status(settings, as_json):
     daemon = report["planner"]
     console.print(f"planner daemon: pid {daemon.get('pid')} ({daemon.get('backend')} backend)" if daemon
                   else "planner daemon: none running (pools stay as they are)")
-    stages = Table("stage", "queued", "running", "workers", "idle", title="stages")
+    stages = Table("stage", "queued", "running", "workers", "idle", "start-up p50 / p90", title="stages")
     for q, st in report["stages"].items():
-        stages.add_row(q, str(st["queued"]), str(st["running"]), str(st["workers"]), str(st["idle"]))
+        stages.add_row(q, str(st["queued"]), str(st["running"]), str(st["workers"]), str(st["idle"]),
+                       _startup_cell(st["startup"]))
     console.print(stages)
     batches = Table("batch", "task", "pipeline", "done/B", "arrived", "estimated T", title="active batches")
     for b in report["batches"]:

@@ -66,13 +66,28 @@ def test_eval_names_the_line_of_a_malformed_trace(tmp_path):
 def test_compare_writes_the_table_and_the_figures(trace_file, tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        main, ["eval", str(trace_file), "--compare", "--out", str(out), "--tick-s", "1", "--runtime-sizes", "500,1000"]
+        main, ["eval", str(trace_file), "--compare", "--out", str(out), "--tick-s", "1", "--runtime-sizes", "500,1000",
+               "--startup-sweep", "0,5"]
     )
     assert result.exit_code == 0, result.output
     for name in ("zq-dedicated", "history", "distrs", "ideal"):
         assert name in result.output
     figures = {p.name for p in out.glob("*.png")}
     assert figures == {"fig10ab_workers.png", "fig10c_extra_delay.png", "fig12_normalized.png",
-                       "fig14a_ebf_fcfs.png", "fig15_runtime.png"}
+                       "fig14a_ebf_fcfs.png", "fig15_runtime.png", "startup_sweep.png"}
     report = json.loads((out / "compare.json").read_text())
+    assert [r["startup_s"] for r in report["startup_sweep"]] == [0.0, 5.0]
+    assert all(r["zq_over_distrs"] > 0 for r in report["startup_sweep"])
+    assert "start-up 5 s: zq-dedicated/distrs" in result.output
     assert report["ebf_vs_fcfs"]["stage"] == "execute"
+
+
+def test_eval_takes_a_start_up_distribution(trace_file):
+    result = CliRunner().invoke(main, ["eval", str(trace_file), "--startup-s", "lognormal:2,0.5", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["startup"] == "lognormal:2,0.5"
+
+
+def test_eval_refuses_a_start_up_it_cannot_read_saying_what_it_takes(trace_file):
+    result = CliRunner().invoke(main, ["eval", str(trace_file), "--startup-s", "lognormal:2"])
+    assert result.exit_code != 0 and "lognormal:MEDIAN,SIGMA" in result.output

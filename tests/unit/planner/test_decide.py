@@ -95,6 +95,40 @@ def test_a_batch_in_its_end_phase_gets_a_spare_per_stage_when_the_next_decision_
     assert _reserve(snap, keys, Knobs(delay_s=2.0, tick_s=10.0)).tolist() == [1, 1]
 
 
+def _end_phase(stage, state, outstanding=0, startup_s=30.0):
+    """A batch near its end: its arrived requests at `stage` in `state`, `outstanding` still to come."""
+    n = len(stage)
+    batch = ActiveBatch("b", "t", 0.0, n + outstanding, arrival=[100.0] * n, stage=stage, state=state,
+                        since=[370.0] * n)
+    history = np.column_stack([np.full(50, 100.0), np.full(50, 50.0), np.full(50, 3.0)])  # compile 50 s, execute 3 s
+    return Snapshot(now=380.0, pipeline="cuda", stages=STAGES, batches=(batch,), history={"t": history},
+                    startup_s=startup_s)
+
+
+def test_spares_are_never_more_than_the_requests_that_may_still_reach_the_stage():
+    snap = _end_phase(stage=[0, 0], state=[RUNNING, QUEUED])  # two compiles left, nothing more to come
+    spares = _reserve(snap, np.array([400.0]), Knobs(delay_s=2.0, tick_s=1.0))
+    assert spares.tolist() == [1, 2]  # compile: only the queued one may arrive; execute: either
+
+
+def test_a_stage_whose_requests_are_short_keeps_few_spares_however_long_a_worker_takes_to_start():
+    snap = _end_phase(stage=[0] * 100, state=[QUEUED] * 100, startup_s=30.0)
+    spares = _reserve(snap, np.array([400.0]), Knobs(delay_s=2.0, tick_s=1.0))
+    # a spare taken at execute (3 s) is free again long before a new worker (30 s) could be ready
+    assert spares.tolist() == [31, 4]
+
+
+def test_without_history_a_spare_counts_as_taken_until_its_replacement_is_ready():
+    snap = _end_phase(stage=[0] * 100, state=[QUEUED] * 100, startup_s=30.0)
+    cold = Snapshot(now=snap.now, pipeline="cuda", stages=STAGES, batches=snap.batches, startup_s=30.0)
+    assert _reserve(cold, np.array([400.0]), Knobs(delay_s=2.0, tick_s=1.0)).tolist() == [31, 31]
+
+
+def test_a_batch_far_from_its_end_gets_no_spare():
+    snap = _end_phase(stage=[0] * 10, state=[QUEUED] * 10)
+    assert _reserve(snap, np.array([380.0 + 181.0]), Knobs(delay_s=2.0, tick_s=1.0)).tolist() == [0, 0]
+
+
 def test_with_instant_start_ups_a_pool_under_ten_workers_keeps_no_surplus_worker():
     assert _band(need=5, current=6, startup_s=0.0) == 5
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from farm.knobs import Knobs, StageKnobs
 from planner.eval.loop import evaluate
+from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch, TraceStage
 from planner.eval.tracegen import GeneratorParams, generate
 
@@ -62,6 +65,70 @@ def test_the_summary_has_the_reported_fields(small_trace):
         assert key in s
     assert set(s["stages"]) == {"compile", "execute"}
     assert set(s["stages"]["execute"]) >= {"allocated_s", "busy_s", "normalized"}
+
+
+def test_with_a_jittered_start_up_each_new_worker_draws_its_own():
+    trace = _one_stage([[0.0, 50.0]] * 40)
+    result = evaluate(trace, _knobs("static:40", trace=trace), startup=Startup("lognormal", median_s=5.0, sigma=0.5))
+    # one decision, forty new workers, each takes one long request as it comes: the batch waits for the slowest
+    assert result.extra_delay[0] > 5.0 * math.exp(0.5) and result.startup == "lognormal:5,0.5"
+
+
+def test_a_jittered_replay_is_the_same_for_the_same_seed_and_differs_for_another(small_trace):
+    knobs, jitter = _knobs("distrs", trace=small_trace), Startup("lognormal", median_s=2.0, sigma=0.5)
+    a, b = (evaluate(small_trace, knobs, startup=jitter, seed=3) for _ in range(2))
+    c = evaluate(small_trace, knobs, startup=jitter, seed=4)
+    assert np.array_equal(a.allocated_s, b.allocated_s) and np.array_equal(a.extra_delay, b.extra_delay)
+    assert not np.array_equal(a.allocated_s, c.allocated_s)
+
+
+def test_the_policy_plans_with_the_start_up_s_ninetieth_percentile(small_trace, monkeypatch):
+    import planner.eval.loop as loop
+
+    told = []
+    real = loop.decide
+
+    def spy(snapshot, knobs, rng):
+        told.append(snapshot.startup_s)
+        return real(snapshot, knobs, rng)
+
+    monkeypatch.setattr(loop, "decide", spy)
+    jitter = Startup("lognormal", median_s=2.0, sigma=0.5)
+    evaluate(small_trace, _knobs("distrs", trace=small_trace), startup=jitter)
+    assert told and all(t == pytest.approx(jitter.quantile(0.9)) for t in told)
+
+
+def test_a_shrinking_pool_keeps_its_ready_workers_over_those_still_starting():
+    import random
+
+    from planner.eval.state import FarmState
+    from planner.policy.snapshot import Decision
+
+    trace = _one_stage([[0.0, 1.0]])
+    farm = FarmState(trace, _knobs("distrs", trace=trace), kind="distrs", pipeline="trace", startup=Startup.fixed(5.0),
+                     startup_rng=random.Random(0), startup_per_start_s=0.0, retire_s=0.0, policy_startup_s=5.0,
+                     dispatch_s=0.0)
+    pool = farm.pool(0, "a")
+    pool.idle, pool.starting = 2, {100: 4.0, 101: 6.0}  # two just ready (not dispatched yet), two to come
+    farm.apply(Decision({"trace.run": 3}, {}, "shrink"), now=1.0)
+    assert pool.idle == 2 and list(pool.starting) == [100]  # the one to be ready last goes first
+
+
+def test_a_replay_whose_workers_become_ready_as_the_policy_shrinks_the_pool_still_finishes():
+    # a replay that once stalled: ready workers retired before the starting ones, a pool that never served
+    stages = (TraceStage("compile", "cpu", 1.0, 12.0), TraceStage("execute", "gpu", 8.0, 6.0),
+              TraceStage("report", "io", 0.5, 3.0))
+    rng = np.random.default_rng(3)
+    batches = []
+    for task in ("a", "b"):
+        for k in range(3):
+            req = np.column_stack([rng.uniform(0, 10, 12), rng.uniform(1, 5, 12), rng.uniform(0.2, 2, 12),
+                                   np.full(12, 0.5)])
+            req[0, 1:] = 0.0
+            batches.append(TraceBatch(task, k, 40.0 * k + (5.0 if task == "b" else 0.0), req))
+    trace = Trace(stages=stages, batches=tuple(batches))
+    result = evaluate(trace, _knobs("distrs", trace=trace), startup=Startup.fixed(5.0))
+    assert np.isfinite(result.completed).all() and result.extra_delay.mean() < 5.0
 
 
 # ---------------------------------------------------------------- the worker physics of a live run (off by default)
