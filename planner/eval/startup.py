@@ -47,10 +47,6 @@ class Startup:
     def fixed(cls, seconds: float) -> "Startup":
         return cls("fixed", median_s=float(seconds))
 
-    @property
-    def constant(self) -> bool:
-        return self.kind == "fixed" or (self.kind == "lognormal" and self.sigma == 0) or len(set(self.samples)) == 1
-
     def draw(self, rng: random.Random) -> float:
         """One worker's start-up."""
         if self.kind == "fixed":
@@ -63,8 +59,11 @@ class Startup:
         if self.kind == "fixed":
             return self.median_s
         if self.kind == "lognormal":
-            return self.median_s * math.exp(self.sigma * NormalDist().inv_cdf(q)) if 0 < q < 1 else (
-                self.median_s if self.sigma == 0 else (0.0 if q <= 0 else math.inf))
+            if self.sigma == 0:
+                return self.median_s
+            if not 0 < q < 1:  # the lognormal's ends
+                return 0.0 if q <= 0 else math.inf
+            return self.median_s * math.exp(self.sigma * NormalDist().inv_cdf(q))
         return float(np.quantile(np.asarray(self.samples), q))
 
     @property
