@@ -38,10 +38,9 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
     of `policy_startup_s` (default: the distribution's `plan_s`, its 90th percentile), as a live planner
     is told the one its workers' lives show."""
     if startup is None:
-        startup = Startup.fixed(startup_s) if isinstance(startup_s, (int, float)) and math.isfinite(startup_s) \
-            and startup_s >= 0 else None
-        if startup is None:
+        if not (isinstance(startup_s, (int, float)) and math.isfinite(startup_s) and startup_s >= 0):
             raise ValueError(f"startup_s must be a finite number >= 0, not {startup_s!r}")
+        startup = Startup.fixed(startup_s)
     if policy_startup_s is None:
         policy_startup_s = startup.plan_s
     for name, value in (("startup_per_start_s", startup_per_start_s),
