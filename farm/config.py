@@ -16,6 +16,7 @@ class Settings:
     max_payload_bytes: int = 1 << 20
     lease_s: float = 10.0  # a worker's hold on a request lapses this long after its last heartbeat
     data_dir: str = os.path.expanduser("~/.reward-farm")
+    reconnect_s: float = 30.0  # how long a trainer client rides through a broker outage before it gives up
 
     @property
     def broker(self) -> str | None:
@@ -67,5 +68,6 @@ def from_env(environ=None) -> Settings:
         namespace=env.get("FARM_NAMESPACE") or endpoint.get("namespace") or base.namespace,
         max_payload_bytes=int(env.get("FARM_MAX_PAYLOAD_BYTES", base.max_payload_bytes)),
         lease_s=float(env.get("FARM_LEASE_S", base.lease_s)),
+        reconnect_s=float(env.get("FARM_RECONNECT_S", base.reconnect_s)),
         data_dir=data_dir,
     )

@@ -1,12 +1,13 @@
 """What the trainer client raises. Every refusal of input is an `InvalidInput` (a ValueError) with a
-message that says what was wrong; nothing the client refuses reaches a worker or another tenant."""
+message that says what was wrong; nothing the client refuses reaches a worker or another tenant. Trouble
+with the farm itself is a `FarmError`, never a bare redis-py exception."""
 
 from __future__ import annotations
 
 from farm.pipeline import InvalidInput, UnknownPipeline
 
 __all__ = ["InvalidInput", "UnknownPipeline", "BatchNotFound", "BatchConflict", "BatchClosed", "BatchFull",
-           "DuplicateRequest", "PayloadTooLarge"]
+           "DuplicateRequest", "PayloadTooLarge", "FarmError", "FarmNotConfigured", "FarmUnavailable", "BatchLost"]
 
 
 class BatchNotFound(InvalidInput):
@@ -35,3 +36,20 @@ class DuplicateRequest(InvalidInput):
 
 class PayloadTooLarge(InvalidInput):
     """The payload is over `Settings.max_payload_bytes`."""
+
+
+class FarmError(Exception):
+    """The farm, not the caller's input, is the trouble."""
+
+
+class FarmNotConfigured(FarmError):
+    """No farm was named: the client does not guess, since any Redis would accept a batch and never answer."""
+
+
+class FarmUnavailable(FarmError, ConnectionError):
+    """The farm's Redis could not be reached within the client's reconnect budget."""
+
+
+class BatchLost(FarmError):
+    """The farm no longer has a batch this client opened (its Redis restarted without persistence) and the
+    client could not restore it: it holds none of the batch's outstanding requests to submit again."""

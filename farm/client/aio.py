@@ -2,61 +2,150 @@
 with the same API as the blocking client.
 
     async with AsyncRewardClient() as farm:
-        batch = await farm.open_batch("math-0", "synthetic", size=8)
-        await batch.submit("r0", {"times": [0.5, 0]})
-        async for result in batch.as_completed(timeout=60):
-            ...
+        async with farm.open_batch("math-0", "synthetic", size=8) as batch:
+            await batch.submit_many([(f"r{i}", {"times": [0.5, 0]}) for i in range(8)])
+            results = await batch.gather(timeout=60)   # in submission order
+
+One client serves any number of event loops, one after another or at once (a trainer that calls
+`asyncio.run` per step): its Redis connections belong to the loop that made them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import Any, AsyncIterator, Callable
+import weakref
+from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Iterable, TypeVar
 
 import redis.asyncio as aioredis
 
 from farm import registry
 from farm.celery_app import Tokens, make_app
-from farm.client.core import BatchHandle, BatchInfo, GroupTracker, ResultReader, Session, arrivals
-from farm.config import Settings, from_env, redis_url
+from farm.client.core import (
+    POOL_SIZE,
+    POOL_WAIT_S,
+    SUBMIT_CHUNK,
+    BatchHandle,
+    BatchInfo,
+    GroupTracker,
+    Outage,
+    ResultReader,
+    Session,
+    Submitted,
+    arrivals,
+    client_settings,
+    unpack_requests,
+)
+from farm.client.sync import cancel_quietly_log
+from farm.client.transient import TRANSIENT
+from farm.config import Settings
+from farm.errors import BatchLost, BatchNotFound, FarmError, InvalidInput
 from farm.knobs import Knobs, KnobsCache
-from farm.protocol.calls import cancel_call, check_batch_id, parse_open, set_estimate_call, sweep_call
+from farm.protocol.calls import (
+    Admitted,
+    admit,
+    cancel_call,
+    check_batch_id,
+    parse_open,
+    set_estimate_call,
+    sweep_call,
+)
 from farm.protocol.live import Progress, parse_progress
 from farm.protocol.scripts import SOURCES, Call
 from farm.results import Result
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 
 class AsyncBatch(BatchHandle):
-    """One rollout step's requests on the farm (asyncio)."""
+    """One rollout step's requests on the farm (asyncio); as an async context manager it cancels the
+    batch when the block raises."""
 
     client: "AsyncRewardClient"
+
+    def __init__(self, client: "AsyncRewardClient", info: BatchInfo) -> None:
+        super().__init__(client, info)
+        self.submitted = Submitted()
 
     async def submit(self, request_id: str, payload: Any, group: str | int | None = None) -> str:
         """As Batch.submit: 'queued', 'finished' or 'duplicate'; raises farm.errors on misuse."""
         c = self.client
-        call = c.session.submit(self.info, request_id, payload, group, time.time(), await c.knobs())
-        kind, wake = c.session.submitted(call, await c.run(call))
-        if wake is not None:
-            await c.wake(wake)
-        return kind
+        return (await self._send([(request_id, payload, group)],
+                                 [admit(c.settings, self.pipeline, request_id, payload, group)]))[0]
+
+    async def submit_many(self, requests: Iterable[Any]) -> list[str]:
+        """As Batch.submit_many: many requests, `SUBMIT_CHUNK` per round trip, their kinds in order."""
+        items = unpack_requests(requests)
+        return await self._send(items, self.client.session.admit_many(self.info, items))
+
+    async def _send(self, items: list[tuple[Any, Any, Any]], admitted: list[Admitted],
+                    restoring: bool = False) -> list[str]:
+        """As Batch._send: the farm runs one chunk while the next is encoded here."""
+        c = self.client
+        now, knobs = time.time(), await c.knobs()
+        kinds: list[str] = []
+        errors: list[InvalidInput] = []
+        in_flight = None
+        for start in range(0, len(admitted), SUBMIT_CHUNK):
+            calls = c.session.calls(self.info, admitted[start:start + SUBMIT_CHUNK], now, knobs)
+            if in_flight is not None:
+                kinds += await self._settle(items, *in_flight, errors, restoring)
+                if errors:
+                    break
+            in_flight = (start, calls, asyncio.ensure_future(c.run(c.session.one_trip(calls))))
+            await asyncio.sleep(0)  # let the chunk go out before encoding the next one
+        else:
+            if in_flight is not None:
+                kinds += await self._settle(items, *in_flight, errors, restoring)
+        if errors:
+            raise errors[0]
+        return kinds
+
+    async def _settle(self, items, start: int, calls: list[Call], reply: asyncio.Future, errors: list,
+                      restoring: bool) -> list[str]:
+        c = self.client
+        done, wakes, error = c.session.submitted_many(calls, await reply)
+        if isinstance(error, BatchNotFound):
+            if restoring:
+                raise BatchLost(f"the farm lost batch {self.id!r} again while it was being restored") from error
+            await self._restore()  # the farm lost the batch since this handle was made
+            done, wakes, error = c.session.submitted_many(calls, await c.run(c.session.one_trip(calls)))
+        for (request_id, payload, group), kind in zip(items[start:start + len(calls)], done):
+            if kind != "refused":
+                self.submitted.add(request_id, payload, group)
+        for queue, count in wakes.items():
+            await c.wake(queue, count)
+        if error is not None:
+            errors.append(error)
+        return done
 
     async def as_completed(self, timeout: float | None = None) -> AsyncIterator[Result]:
         c = self.client
         reader = ResultReader(c.session, self.id, self.size, timeout, time.monotonic())
+        outages = c.outages
         while not reader.done:
             read = reader.next_read(time.monotonic())
-            for result in reader.feed(await c.redis.xread({read.key: read.after}, count=read.count,
-                                                          block=read.block_ms)):
+            reply = await c.call(lambda r: r.xread({read.key: read.after}, count=read.count, block=read.block_ms))
+            for result in reader.feed(reply):
                 yield result
             if reader.ended:
                 return
-            if reader.sweep_due(time.monotonic()):
+            if reader.sweep_due(time.monotonic()) or c.outages != outages:
+                outages = c.outages
                 await c.sweep()
+                if not await c.call(lambda r: r.exists(c.session.keys.batch(self.id))):
+                    await self._restore()
+                    reader.restart()
                 reader.swept(time.monotonic())
 
     async def gather(self, timeout: float | None = None) -> list[Result]:
-        return [r async for r in self.as_completed(timeout)]
+        """Every result in submission order (requests submitted by other handles follow in completion order)."""
+        return self.submitted.ordered([r async for r in self.as_completed(timeout)])
+
+    async def results_by_id(self, timeout: float | None = None) -> dict[str, Result]:
+        return {r.request_id: r async for r in self.as_completed(timeout)}
 
     async def completed_groups(self, timeout: float | None = None,
                                on_group_done: Callable[[str, list[Result]], None] | None = None
@@ -70,11 +159,30 @@ class AsyncBatch(BatchHandle):
             yield done
 
     async def _arrivals(self) -> dict[str, int] | None:
+        keys = self.client.session.keys
+
+        async def read(r):
+            pipe = r.pipeline(transaction=False)
+            pipe.hget(keys.batch(self.id), "arrived")
+            pipe.hgetall(keys.batch(self.id, ":groups"))
+            return await pipe.execute()
+        return arrivals(*await self.client.call(read), self.size)
+
+    async def _restore(self) -> None:
+        """As Batch._restore: open the lost batch again and submit again what this handle holds."""
         c = self.client
-        pipe = c.redis.pipeline(transaction=False)
-        pipe.hget(c.session.keys.batch(self.id), "arrived")
-        pipe.hgetall(c.session.keys.batch(self.id, ":groups"))
-        return arrivals(*await pipe.execute(), self.size)
+        held = self.submitted.items()
+        if not held:
+            raise BatchLost(f"the farm lost batch {self.id!r} and this client holds none of its requests to "
+                            f"submit again (they were submitted through another handle)")
+        log.warning("the farm lost batch %r; opening it again and submitting its %d requests again", self.id,
+                    len(held))
+        call, _ = c.session.open(self.task, self.pipeline.name, self.size, self.id, self.group_size, time.time())
+        parse_open(await c.run(call), self.id, self.task)
+        try:
+            await self._send(held, c.session.admit_many(self.info, held), restoring=True)
+        except InvalidInput as exc:
+            raise BatchLost(f"the farm lost batch {self.id!r} and refused it again: {exc}") from exc
 
     async def cancel(self) -> str:
         return await self.client.run(cancel_call(self.id, time.time()))
@@ -85,39 +193,117 @@ class AsyncBatch(BatchHandle):
     async def progress(self) -> Progress:
         return await self.client.progress(self.id)
 
+    async def __aenter__(self) -> "AsyncBatch":
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            try:
+                state = await self.cancel()
+            except FarmError as err:
+                cancel_quietly_log(self, exc, err)
+            else:
+                cancel_quietly_log(self, exc, None, state)
+
+
+class Opening:
+    """What `open_batch` returns: await it for the batch, or use it as `async with` to also cancel the
+    batch when the block raises."""
+
+    def __init__(self, opening: Callable[[], Awaitable[AsyncBatch]]) -> None:
+        self._opening = opening
+        self._batch: AsyncBatch | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncBatch]:
+        return self._opening().__await__()
+
+    async def __aenter__(self) -> AsyncBatch:
+        self._batch = await self._opening()
+        return self._batch
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await self._batch.__aexit__(exc_type, exc, tb)
+
+
+class _LoopRedis:
+    """One event loop's Redis connections and scripts (redis.asyncio connections cannot cross loops)."""
+
+    def __init__(self, settings: Settings) -> None:
+        pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, decode_responses=True,
+                                                        max_connections=POOL_SIZE, timeout=POOL_WAIT_S)
+        self.redis = aioredis.Redis(connection_pool=pool)
+        self.scripts = {name: self.redis.register_script(src) for name, src in SOURCES.items()}
+
 
 class AsyncRewardClient:
-    """A trainer's asyncio connection to the farm."""
+    """A trainer's asyncio connection to the farm; named as `RewardClient` is, refusing to start when no
+    farm is named. Concurrent callers share a bounded pool of connections per event loop."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        self.settings = settings or from_env()
+    def __init__(self, settings: Settings | None = None, *, redis_url: str | None = None,
+                 broker_url: str | None = None, namespace: str | None = None) -> None:
+        self.settings = client_settings(settings, redis_url=redis_url, broker_url=broker_url, namespace=namespace)
         self.session = Session(self.settings)
-        self.redis = aioredis.Redis.from_url(redis_url(self.settings), decode_responses=True)
-        self._scripts = {name: self.redis.register_script(src) for name, src in SOURCES.items()}
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRedis] = weakref.WeakKeyDictionary()
         self._knobs = KnobsCache()
         self.app = make_app(self.settings)
         self.tokens = Tokens(self.app, self.settings)
+        self.outages = 0
+
+    def _conn(self) -> _LoopRedis:
+        loop = asyncio.get_running_loop()
+        conn = self._loops.get(loop)
+        if conn is None:
+            conn = self._loops[loop] = _LoopRedis(self.settings)
+        return conn
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """This event loop's Redis client."""
+        return self._conn().redis
+
+    async def call(self, fn: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+        """Run one exchange `fn(redis)` with the farm, riding through a broker outage of up to `reconnect_s`."""
+        outage = None
+        while True:
+            try:
+                out = await fn(self.redis)
+            except TRANSIENT as exc:
+                outage = outage or Outage(self.settings, time.monotonic())
+                delay = outage.next_delay(time.monotonic())
+                if delay is None:
+                    raise outage.unavailable(exc) from exc
+                log.warning("the farm's Redis did not answer (%s); trying again in %.2f s", exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            if outage is not None:
+                self.outages += 1
+            return out
 
     async def run(self, call: Call):
-        return await self._scripts[call.script.name](args=self.session.argv(call))
+        args = self.session.argv(call)
+        return await self.call(lambda r: self._conn().scripts[call.script.name](args=args))
 
     async def knobs(self) -> Knobs:
         now = time.monotonic()
         if self._knobs.stale(now):
-            return self._knobs.update(await self.redis.get(self.session.keys.knobs), now)
+            return self._knobs.update(await self.call(lambda r: r.get(self.session.keys.knobs)), now)
         return self._knobs.knobs
 
-    async def open_batch(self, task: str, pipeline: str, size: int, batch_id: str | None = None, *,
-                         group_size: int | None = None) -> AsyncBatch:
-        call, batch_id = self.session.open(task, pipeline, size, batch_id, group_size, time.time())
-        parse_open(await self.run(call), batch_id, task)
-        return await self.batch(batch_id)
+    def open_batch(self, task: str, pipeline: str, size: int, batch_id: str | None = None, *,
+                   group_size: int | None = None) -> Opening:
+        """Open a batch (the hint that rollout started): `await` it, or `async with` it to cancel the batch
+        when the block raises. Opening the same batch again attaches to it."""
+        async def opening() -> AsyncBatch:
+            call, chosen = self.session.open(task, pipeline, size, batch_id, group_size, time.time())
+            parse_open(await self.run(call), chosen, task)
+            return await self.batch(chosen)
+        return Opening(opening)
 
     async def batch(self, batch_id: str) -> AsyncBatch:
         return AsyncBatch(self, BatchInfo.of(await self.progress(check_batch_id(batch_id))))
 
     async def progress(self, batch_id: str) -> Progress:
-        return parse_progress(batch_id, await self.redis.hgetall(self.session.keys.batch(batch_id)))
+        return parse_progress(batch_id, await self.call(lambda r: r.hgetall(self.session.keys.batch(batch_id))))
 
     async def set_estimate(self, batch_id: str, estimated_at: float) -> bool:
         return await self.run(set_estimate_call(check_batch_id(batch_id), estimated_at)) == "ok"
@@ -125,7 +311,7 @@ class AsyncRewardClient:
     async def wake(self, queue: str, count: int = 1) -> None:
         timeout = registry.stage_timeout(queue, await self.knobs())
         # kombu's publish is a blocking socket write; keep it off the event loop
-        await asyncio.to_thread(self.tokens.send, queue, timeout, count)
+        await self.call(lambda _: asyncio.to_thread(self.tokens.send, queue, timeout, count))
 
     async def sweep(self) -> int:
         queues = list(await self.run(sweep_call()))
@@ -135,7 +321,11 @@ class AsyncRewardClient:
         return len(queues)
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        """Close this loop's connections; those of loops already closed went with them."""
+        conn = self._loops.pop(asyncio.get_running_loop(), None)
+        if conn is not None:
+            await conn.redis.aclose()
+        self._loops.clear()
         self.app.close()
 
     async def __aenter__(self) -> "AsyncRewardClient":

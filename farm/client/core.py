@@ -7,15 +7,26 @@ send what this says and hand back what they receive.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from farm import registry
-from farm.config import Settings
+from farm.config import Settings, from_env
+from farm.errors import FarmNotConfigured, FarmUnavailable, InvalidInput
 from farm.knobs import Knobs
 from farm.pipeline import Pipeline
-from farm.protocol.calls import new_batch_id, open_call, parse_submit, submit_call
+from farm.protocol.calls import (
+    Admitted,
+    admit,
+    admitted_call,
+    new_batch_id,
+    open_call,
+    parse_submit,
+    submit_call,
+    submit_many_call,
+)
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress
 from farm.protocol.scripts import Call, argv, lua_tokens
@@ -25,6 +36,53 @@ READ_COUNT = 1000  # results read per round trip
 # A blocking read longer than redis-py's socket timeout (5 s by default in redis-py 8) fails as a timeout
 # of the socket, not of the read; keep each read well under it and loop.
 MAX_BLOCK_S = 1.0
+SUBMIT_CHUNK = 500  # requests per round trip of a bulk submit
+# Connections per client: concurrent callers beyond this wait for one (up to POOL_WAIT_S) instead of failing.
+POOL_SIZE = 64
+POOL_WAIT_S = 60.0
+
+
+def client_settings(settings: Settings | None, **overrides: Any) -> Settings:
+    """What a client runs with: `settings` (else the environment's) with the overrides that are given. Refuses
+    to guess a farm: any Redis would accept a batch and leave the trainer waiting for results forever."""
+    base = from_env() if settings is None else settings
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    chosen = base.with_(**changes) if changes else base
+    if not chosen.redis_url:
+        raise FarmNotConfigured(
+            "no farm to talk to: pass RewardClient(redis_url='redis://HOST:PORT/DB'), set FARM_REDIS_URL, or start "
+            f"one on this machine with `farm up` (clients find it through the endpoint file in FARM_DATA_DIR, here "
+            f"{chosen.data_dir}, where none runs now)")
+    return chosen
+
+
+def safe_url(url: str | None) -> str:
+    """A Redis URL fit for an error message: its password masked."""
+    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url or "")
+
+
+class Outage:
+    """Riding through a broker outage: retry with exponential backoff (50 ms doubling to 2 s) until the
+    client's reconnect budget is spent, then give up with the farm's own error."""
+
+    FIRST_S, CAP_S = 0.05, 2.0
+
+    def __init__(self, settings: Settings, now: float) -> None:
+        self.settings = settings
+        self.deadline = now + settings.reconnect_s
+        self.delay = self.FIRST_S
+
+    def next_delay(self, now: float) -> float | None:
+        """Seconds to wait before trying again; None when the budget is spent."""
+        if now >= self.deadline:
+            return None
+        delay = min(self.delay, self.deadline - now)
+        self.delay = min(self.delay * 2, self.CAP_S)
+        return delay
+
+    def unavailable(self, exc: BaseException) -> FarmUnavailable:
+        return FarmUnavailable(f"the farm's Redis at {safe_url(self.settings.redis_url)} did not answer for "
+                               f"{self.settings.reconnect_s:g} s (FARM_RECONNECT_S): {exc}")
 
 
 def sweep_interval(settings: Settings) -> float:
@@ -59,6 +117,78 @@ class Session:
         kind = parse_submit(reply, call.arg("batch"), call.arg("request"))
         wake = call.arg("first_queue") if kind == "queued" and not self.lua_tokens else None
         return kind, wake
+
+    def admit_many(self, batch: "BatchInfo", requests: list[tuple[Any, Any, Any]]) -> list[Admitted]:
+        """A bulk submit's `(id, payload, group)` requests, each checked before any is sent: a malformed one
+        refuses the whole call with its position and id named, and nothing of it reaches the farm."""
+        out = []
+        for i, (request_id, payload, group) in enumerate(requests):
+            try:
+                out.append(admit(self.settings, batch.pipeline, request_id, payload, group))
+            except InvalidInput as exc:
+                raise type(exc)(f"request #{i} ({request_id!r:.80}) of the bulk submit: {exc}; nothing was "
+                                f"submitted") from exc
+        return out
+
+    def calls(self, batch: "BatchInfo", admitted: list[Admitted], now: float, knobs: Knobs) -> list[Call]:
+        return [admitted_call(batch.pipeline, batch.id, a, now, knobs) for a in admitted]
+
+    @staticmethod
+    def one_trip(calls: list[Call]) -> Call:
+        """The call that sends a chunk of submits in one round trip (a single one goes as itself)."""
+        return calls[0] if len(calls) == 1 else submit_many_call(calls)
+
+    def submitted_many(self, calls: list[Call], reply: list) -> tuple[list[str], Counter, InvalidInput | None]:
+        """What the reply to `one_trip(calls)` means: the kinds in order, wake-up tokens owed per stage queue, and
+        the first refusal (raised by the caller once the accepted requests have their tokens)."""
+        kinds, wakes, error = [], Counter(), None
+        replies = [reply] if len(calls) == 1 else reply
+        for call, reply in zip(calls, replies):
+            try:
+                kind, wake = self.submitted(call, reply)
+            except InvalidInput as exc:
+                error = error or exc
+                kind, wake = "refused", None
+            kinds.append(kind)
+            if wake is not None:
+                wakes[wake] += 1
+        return kinds, wakes, error
+
+
+def unpack_requests(requests: Iterable[Any]) -> list[tuple[Any, Any, Any]]:
+    """A bulk submit's requests as `(id, payload, group)`: each given as `(id, payload)`, `(id, payload,
+    group)`, or a mapping with `id`, `payload` and optionally `group`."""
+    out = []
+    for i, item in enumerate(requests):
+        if isinstance(item, Mapping) and {"id", "payload"} <= set(item) <= {"id", "payload", "group"}:
+            out.append((item["id"], item["payload"], item.get("group")))
+        elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
+            out.append((item[0], item[1], item[2] if len(item) == 3 else None))
+        else:
+            raise InvalidInput(f"request #{i} of the bulk submit must be (id, payload), (id, payload, group) or a "
+                               f"mapping with 'id', 'payload' and optionally 'group', not {item!r:.200}; nothing "
+                               f"was submitted")
+    return out
+
+
+class Submitted:
+    """The requests one batch handle submitted, in order: the order `gather` returns results in, and what
+    the client submits again if the farm loses the batch. Payloads are held by reference, not copied."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, tuple[Any, Any]] = {}
+
+    def add(self, request_id: str, payload: Any, group: Any) -> None:
+        self.requests.setdefault(request_id, (payload, group))
+
+    def items(self) -> list[tuple[str, Any, Any]]:
+        return [(rid, payload, group) for rid, (payload, group) in self.requests.items()]
+
+    def ordered(self, results: list[Result]) -> list[Result]:
+        """Results in submission order; those of requests submitted elsewhere follow in completion order."""
+        rank = {rid: i for i, rid in enumerate(self.requests)}
+        mine = sorted((r for r in results if r.request_id in rank), key=lambda r: rank[r.request_id])
+        return mine + [r for r in results if r.request_id not in rank]
 
 
 @dataclass(frozen=True)
@@ -112,11 +242,20 @@ class ResultReader:
         self.deadline = None if timeout is None else now + timeout
         self.interval = sweep_interval(session.settings)
         self.next_sweep = now + self.interval
-        self.last, self.seen, self.ended = "0-0", 0, False
+        self.last, self.ended = "0-0", False
+        self.got: set[str] = set()  # request ids with a result: a restored batch reports some of them again
+
+    @property
+    def seen(self) -> int:
+        return len(self.got)
 
     @property
     def done(self) -> bool:
         return self.ended or self.seen >= self.size
+
+    def restart(self) -> None:
+        """Read a restored batch's results from its start (those already handed out are skipped)."""
+        self.last, self.ended = "0-0", False
 
     def next_read(self, now: float) -> Read:
         """The next read; TimeoutError, saying how many results are missing, once the caller's time is up."""
@@ -133,10 +272,12 @@ class ResultReader:
             for entry_id, fields in entries:
                 self.last = entry_id
                 if "r" in fields:
-                    out.append(Result.from_dict(json.loads(fields["r"])))
+                    result = Result.from_dict(json.loads(fields["r"]))
+                    if result.request_id not in self.got:
+                        self.got.add(result.request_id)
+                        out.append(result)
                 elif "end" in fields:
                     self.ended = True
-        self.seen += len(out)
         return out
 
     def sweep_due(self, now: float) -> bool:

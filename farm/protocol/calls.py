@@ -10,6 +10,7 @@ import json
 import math
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from farm import events
@@ -18,7 +19,19 @@ from farm.errors import BatchClosed, BatchConflict, BatchFull, BatchNotFound, Du
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline
 from farm.protocol.keys import stamp
-from farm.protocol.scripts import ABANDON, CANCEL, COMPLETE, HEARTBEAT, OPEN, PICK, SET_ESTIMATE, SUBMIT, SWEEP, Call
+from farm.protocol.scripts import (
+    ABANDON,
+    CANCEL,
+    COMPLETE,
+    HEARTBEAT,
+    OPEN,
+    PICK,
+    SET_ESTIMATE,
+    SUBMIT,
+    SUBMIT_MANY,
+    SWEEP,
+    Call,
+)
 from farm.protocol.state import RequestState
 from farm.protocol.tokens import hard_limit
 from farm.results import Result, Status
@@ -26,13 +39,20 @@ from farm.results import Result, Status
 RECLAIM_LIMIT = 64  # lapsed leases given back per pick or sweep
 MAX_ATTEMPTS = 3  # a request that loses this many workers fails alone (infra_error)
 MAX_BATCH_SIZE = 1_000_000
+# the history store keys its rows by batch and request id (farm.store.ingest.MAX_KEY_BYTES): every id taken here fits
+MAX_REQUEST_ID_BYTES = 1024
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _TASK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
+# built once: json.dumps with options builds an encoder per call, a cost on the bulk submit path
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def canonical_json(payload: Any) -> str:
     try:
-        return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return _CANONICAL.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from exc
 
@@ -69,37 +89,74 @@ def parse_open(reply: list, batch_id: str, task: str) -> bool:
     return kind == "opened"
 
 
-def submit_call(settings: Settings, pipeline: Pipeline, batch_id: str, request_id: Any, payload: Any,
-                group: Any, now: float, knobs: Knobs | None = None) -> Call:
-    """Admission happens here, at the client: what the pipeline rejects becomes an invalid_input result.
-    `knobs` give the first stage's timeout, hence the hard time limit of its wake-up token."""
-    if not isinstance(request_id, str) or not 1 <= len(request_id) <= 256 or not request_id.isprintable():
-        raise InvalidInput(f"request id must be 1-256 printable characters, not {request_id!r}")
+@dataclass(frozen=True)
+class Admitted:
+    """A request checked and admitted at the client, not yet stamped: what a bulk submit checks for every
+    request before it sends any."""
+
+    request_id: str
+    body: str  # the payload's canonical JSON
+    group: str | None
+    stages: tuple[str, ...]
+    status: Status
+    reward: float
+    message: str
+    outcome: Any
+
+
+def admit(settings: Settings, pipeline: Pipeline, request_id: Any, payload: Any, group: Any) -> Admitted:
+    """Admission happens here, at the client: misuse raises; what the pipeline rejects is admitted as an
+    invalid_input result."""
+    if (not isinstance(request_id, str) or not request_id.isprintable()
+            or not 1 <= len(request_id.encode()) <= MAX_REQUEST_ID_BYTES):
+        raise InvalidInput(f"request id must be printable characters, 1 to {MAX_REQUEST_ID_BYTES} bytes in UTF-8, "
+                           f"not {request_id!r:.100}")
     if group is not None:
         if isinstance(group, bool) or not isinstance(group, (str, int)) or str(group) == "":
             raise InvalidInput(f"group must be a non-empty string or an integer, not {group!r}")
         group = str(group)
     body = canonical_json(payload)
-    if len(body.encode()) > settings.max_payload_bytes:
-        raise PayloadTooLarge(f"payload of request {request_id!r} is {len(body.encode())} bytes, "
+    size = len(body.encode())
+    if size > settings.max_payload_bytes:
+        raise PayloadTooLarge(f"payload of request {request_id!r} is {size} bytes, "
                               f"over the limit of {settings.max_payload_bytes}")
     try:
-        admission = pipeline.checked_admit(payload)
-        stages, status, reward, message, outcome = admission.stages, admission.status, admission.reward, admission.message, admission.outcome
+        a = pipeline.checked_admit(payload)
+        return Admitted(request_id, body, group, tuple(a.stages), a.status, a.reward, a.message, a.outcome)
     except InvalidInput as exc:
-        stages, status, reward, message, outcome = (), Status.INVALID_INPUT, 0.0, str(exc), None
-    state = RequestState(group, tuple(stages), queued_at=now).encode()
+        return Admitted(request_id, body, group, (), Status.INVALID_INPUT, 0.0, str(exc), None)
+
+
+def submit_call(settings: Settings, pipeline: Pipeline, batch_id: str, request_id: Any, payload: Any,
+                group: Any, now: float, knobs: Knobs | None = None) -> Call:
+    """A submit of one request, admitted here (see `admit`)."""
+    return admitted_call(pipeline, batch_id, admit(settings, pipeline, request_id, payload, group), now, knobs)
+
+
+def admitted_call(pipeline: Pipeline, batch_id: str, admitted: Admitted, now: float,
+                  knobs: Knobs | None = None) -> Call:
+    """The submit call of an admitted request. `knobs` give the first stage's timeout, hence the hard time
+    limit of its wake-up token."""
+    request_id, group, stages = admitted.request_id, admitted.group, admitted.stages
+    state = RequestState(group, stages, queued_at=now).encode()
     arrived = events.encode("request_arrived", batch=batch_id, request=request_id, arrived_at=now, group=group,
                             stages=list(stages))["e"]
     first = pipeline.stage(stages[0]).queue if stages else ""
     limit = stamp(hard_limit((knobs or Knobs()).timeout_of(pipeline.stage(stages[0])))) if stages else ""
     result = done = ""
     if not stages:
-        res = Result(request_id, batch_id, status, reward, message, outcome=outcome, group=group, finished_at=now)
-        result = json.dumps(res.to_dict(), separators=(",", ":"))
+        res = Result(request_id, batch_id, admitted.status, admitted.reward, admitted.message,
+                     outcome=admitted.outcome, group=group, finished_at=now)
+        result = _COMPACT.encode(res.to_dict())
         done = request_done_event(res)
-    return SUBMIT.call(batch=batch_id, request=request_id, payload=body, state=state, first_queue=first, at=stamp(now),
-                       result=result, arrived_event=arrived, done_event=done, group=group or "", limit=limit)
+    return SUBMIT.call(batch=batch_id, request=request_id, payload=admitted.body, state=state, first_queue=first,
+                       at=stamp(now), result=result, arrived_event=arrived, done_event=done, group=group or "",
+                       limit=limit)
+
+
+def submit_many_call(calls: list[Call]) -> Call:
+    """Many submit calls as one script run: each keeps the single submit's checks and reply."""
+    return Call(SUBMIT_MANY, (str(len(calls)), *(arg for call in calls for arg in call.args)))
 
 
 def parse_submit(reply: list, batch_id: str, request_id: str) -> str:

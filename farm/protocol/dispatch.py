@@ -37,6 +37,11 @@ class Dispatch:
     def run(self, call: Call):
         return self._scripts[call.script.name](args=argv(self.settings.namespace, self.lua_tokens, call))
 
+    def send(self, call: Call) -> "Pending":
+        """Send a call now and read its answer later (`Pending.result()`), so the caller can prepare the
+        next call while Redis runs this one: overlap without a thread, hence without the GIL's hand-offs."""
+        return Pending(self, call)
+
     def knobs(self, max_age_s: float | None = None) -> Knobs:
         """The live knobs, re-read at most once a second (or per `max_age_s`)."""
         now = time.monotonic()
@@ -80,3 +85,43 @@ class Dispatch:
 
     def close(self) -> None:
         self.redis.close()
+
+
+class Pending:
+    """A script call sent on a connection of its own, its answer not yet read."""
+
+    def __init__(self, dispatch: Dispatch, call: Call) -> None:
+        self.pool = dispatch.redis.connection_pool
+        self.script = dispatch._scripts[call.script.name]
+        self.args = argv(dispatch.settings.namespace, dispatch.lua_tokens, call)
+        self.conn = self.pool.get_connection()
+        try:
+            self.conn.send_command("EVALSHA", self.script.sha, 0, *self.args)
+        except BaseException:
+            self._drop()
+            raise
+
+    def result(self):
+        """The call's answer; a connection error leaves it unknown whether the script ran (the caller's
+        calls are idempotent: it sends them again)."""
+        if self.conn is None:
+            raise redis_lib.ConnectionError("the answer was already read, or the connection failed")
+        try:
+            try:
+                reply = self.conn.read_response()
+            except redis_lib.exceptions.NoScriptError:  # a Redis restarted since the script was loaded
+                self.conn.send_command("SCRIPT", "LOAD", self.script.script)
+                self.script.sha = self.conn.read_response()
+                self.conn.send_command("EVALSHA", self.script.sha, 0, *self.args)
+                reply = self.conn.read_response()
+        except BaseException:
+            self._drop()
+            raise
+        self.pool.release(self.conn)
+        self.conn = None
+        return reply
+
+    def _drop(self) -> None:
+        self.conn.disconnect()
+        self.pool.release(self.conn)
+        self.conn = None

@@ -16,6 +16,8 @@ from typing import Any, Mapping, Sequence
 GROUP, VISITS, CARRY, RECORDS, QUEUED_AT, DETAILS = "g", "st", "c", "r", "qa", "d"
 
 
+_STRICT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
 @dataclass(frozen=True)
 class RequestState:
     """One request between stages. `records` are `StageRecord.to_dict()`s of the stages done, in order."""
@@ -29,8 +31,8 @@ class RequestState:
 
     def encode(self) -> str:
         """The JSON the farm stores; raises TypeError or ValueError when a stage passed on non-JSON data."""
-        return json.dumps({GROUP: self.group, VISITS: list(self.visits), CARRY: self.carry, RECORDS: list(self.records),
-                           QUEUED_AT: self.queued_at, DETAILS: self.details}, separators=(",", ":"), allow_nan=False)
+        return _STRICT.encode({GROUP: self.group, VISITS: list(self.visits), CARRY: self.carry,
+                               RECORDS: list(self.records), QUEUED_AT: self.queued_at, DETAILS: self.details})
 
     @classmethod
     def decode(cls, raw: str | bytes) -> "RequestState":

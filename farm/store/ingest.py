@@ -18,8 +18,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from farm.events import KINDS
 from farm.store.models import Batch, Request, RequestStage, Task, Worker
 
-_STRINGS = {"batch": 200, "request": 200, "task": 200, "pipeline": 64, "worker": 200, "stage": 130,
-            "group": 200, "status": 32, "outcome": 32, "backend": 32}
+# The ids and the task key rows (primary keys, btree indexes): a PostgreSQL index row holds ~2.7 kB, and a
+# request's stage row is keyed by batch, request and stage together. Every id the client takes fits
+# (farm.protocol.calls: request ids up to MAX_REQUEST_ID_BYTES, batch ids 128 and tasks 64 characters).
+MAX_KEY_BYTES = 1024
+_KEYS = {"batch", "request", "task"}
+_STRINGS = {"pipeline": 64, "worker": 200, "stage": 130, "status": 32, "outcome": 32, "backend": 32}
+_UNBOUNDED = {"group", "message"}  # a group is naturally the prompt: many kB, and no index on it
 _OPTIONAL_STRINGS = {"group", "outcome", "message", "backend"}
 _TIMES = {"opened_at", "estimated_at", "completed_at", "cancelled_at", "arrived_at", "at", "finished_at"}
 _OPTIONAL_TIMES = {"queued_at", "started_at"}  # a stage cut short before it ran has no start
@@ -63,11 +68,14 @@ def clean(event: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": kind}
     for name in KINDS[kind]:
         value = event[name]
-        if name in _STRINGS or name == "message":
+        if name in _STRINGS or name in _KEYS or name in _UNBOUNDED:
             if value is None and name in _OPTIONAL_STRINGS:
                 out[name] = None
             else:
                 out[name] = _text(kind, name, value, _STRINGS.get(name))
+                if name in _KEYS and len(out[name].encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+                    raise BadEvent(f"{kind}: {name} is longer than the {MAX_KEY_BYTES} bytes a key of the "
+                                   f"history store may have: {out[name][:80]!r}...")
         elif name in _OPTIONAL_TIMES or (kind == "stage_done" and name in _STAGE_DONE_OPTIONAL):
             out[name] = None if value is None else _time(kind, name, value)
         elif name in _TIMES:

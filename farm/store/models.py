@@ -12,7 +12,11 @@ from typing import Any
 from sqlalchemy import JSON, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-ID = String(200)  # batch and request ids are the client's, free-form up to this length
+# Batch and request ids, tasks and groups are the client's: any length (a GRPO group is naturally its prompt,
+# many kB). The ids and tasks key rows, and a PostgreSQL btree row holds ~2.7 kB at most, so the recorder takes
+# keys of up to farm.store.ingest.MAX_KEY_BYTES each; a group is no key and has no index. SQLite enforces
+# no declared length at all: its tables keep the type of migration 0001 (and are not rebuilt for nothing).
+ID = Text().with_variant(String(200), "sqlite")
 
 
 class Base(DeclarativeBase):
@@ -24,7 +28,7 @@ class Task(Base):
 
     __tablename__ = "tasks"
 
-    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(ID, primary_key=True)
     pipeline: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Double)
 
@@ -36,7 +40,7 @@ class Batch(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     # nullable: an event about a batch can reach the recorder before (or without) its batch_opened
-    task: Mapped[str | None] = mapped_column(ForeignKey("tasks.name", ondelete="CASCADE"))
+    task: Mapped[str | None] = mapped_column(ID, ForeignKey("tasks.name", ondelete="CASCADE"))
     size: Mapped[int | None] = mapped_column(Integer)
     opened_at: Mapped[float | None] = mapped_column(Double)
     first_arrival_at: Mapped[float | None] = mapped_column(Double)
@@ -57,7 +61,7 @@ class Request(Base):
 
     __tablename__ = "requests"
 
-    batch_id: Mapped[str] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True)
+    batch_id: Mapped[str] = mapped_column(ID, ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True)
     request_id: Mapped[str] = mapped_column(ID, primary_key=True)
     group: Mapped[str | None] = mapped_column(ID)
     arrived_at: Mapped[float | None] = mapped_column(Double)

@@ -5,7 +5,7 @@ third of the time).
 
 `python -m planner.backends.launcher_process` reads one JSON request a line on stdin and answers on stdout:
 
-    {"name": N, "stage": S, "log": PATH, "pidfile": PATH, "env": {...}, "nice": 0, "events": true}
+    {"name": N, "stage": S, "log": PATH, "pidfile": PATH, "env": {...}, "nice": 0, "events": true, "tether": false}
         -> {"name": N, "pid": PID}  or  {"name": N, "error": "why"}
     and, whenever a worker it forked exits: {"exited": PID, "at": EPOCH_SECONDS, "status": CODE}
 
@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Mapping
+
+from planner.backends.processes import python
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,10 @@ class Launcher:
         self._answered = threading.Condition()
 
     def spawn(self, name: str, stage: str, *, log: Path, pidfile: Path, env: Mapping[str, str], nice: int = 0,
-              events: bool = True, timeout_s: float = SPAWN_TIMEOUT_S) -> int:
+              events: bool = True, tether: bool = False, timeout_s: float = SPAWN_TIMEOUT_S) -> int:
+        """`tether`: the worker ends with the launcher (which ends with this process: its stdin closes)."""
         request = {"name": name, "stage": stage, "log": str(log), "pidfile": str(pidfile), "env": dict(env),
-                   "nice": nice, "events": bool(events)}
+                   "nice": nice, "events": bool(events), "tether": bool(tether)}
         with self._lock:
             proc = self._ensure()
             with self._answered:
@@ -99,7 +101,7 @@ class Launcher:
             return self._proc
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "planner.backends.launcher_process"], stdin=subprocess.PIPE,
+            proc = subprocess.Popen(python("-m", "planner.backends.launcher_process"), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True)
         self._proc = proc
         threading.Thread(target=self._read, args=(proc,), name="launcher-reader", daemon=True).start()

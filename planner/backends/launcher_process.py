@@ -6,7 +6,8 @@ A forked worker is exactly a `farm worker --stage S --name N` (same code, `worke
 session of its own, with its output in its `log` and its pid in `pidfile` (the backend finds a worker by it
 when a daemon died between asking and recording). The launcher keeps no thread, so forking is safe, and
 it exits when its stdin closes; the workers it forked run on (they are in their own sessions) and the
-next backend re-adopts them from their records like any other.
+next backend re-adopts them from their records like any other, unless they were asked for tethered: those
+end with the launcher.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from farm import registry
-from planner.backends.processes import nice_session
+from planner.backends.processes import nice_session, tether
 from workers.process import serve
 
 # imported before any fork: what every worker needs to reach Celery's worker_ready
@@ -116,6 +117,7 @@ def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
     name, stage, log_path = request["name"], request["stage"], request["log"]
     registry.stage_by_queue(stage)  # the pipeline's modules load here, once, for every later fork
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    launcher = os.getpid()
     sync_r, sync_w = os.pipe()
     try:
         pid = os.fork()
@@ -136,6 +138,8 @@ def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
     code = 1
     try:
         os.setsid()
+        if request.get("tether"):
+            tether(launcher)  # we are single-threaded: the thread that forked is the launcher's only one
         _name_process("farm worker")
         os.close(sync_r)
         if request.get("pidfile"):

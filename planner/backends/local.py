@@ -10,7 +10,8 @@ Every worker has a process record, `<data_dir>/workers/<namespace>/<name>.json` 
 start time, stage, spawn time, retirement), written before the process starts and updated after, so a
 restarted daemon re-adopts its workers and a recycled pid (same number, other start time) is never
 taken for one of them, nor signalled. Workers run in their own session: a Ctrl-C or a `kill -9` of the
-daemon leaves them serving, and the next daemon finds them.
+daemon leaves them serving, and the next daemon finds them; unless they are tethered (`farm up`'s, which
+serve a Redis that dies with it): those end with the process that started them.
 
 Retiring a worker that is still starting: a SIGTERM can land before Celery has installed its handler
 (the process dies at once: fine) or while its start-up is under way, so the backend repeats SIGTERM
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from farm.config import STARTUP_DELAY_ENV, Settings
-from planner.backends import Backend, BackendError, Worker, WorkerState, common
+from planner.backends import Backend, BackendError, Worker, WorkerState, common, processes
 from planner.backends.launcher import Launcher, LauncherError
 from planner.backends.processes import find_by_cmdline, group_members, nice_session, process_start, worker_nice
 from planner.backends.records import Records
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 _UNSTARTED_GRACE_S = 30.0  # a record without a pid this old belongs to a daemon that died mid-spawn
 TERM_REPEAT_S = 1.0  # a retiring worker that is not ready yet is sent SIGTERM again this often
 STARTING_KILL_S = 5.0  # a retiring worker that never became ready is killed this long after its SIGTERM
+TETHER_ENV = "FARM_WORKER_TETHER"  # "1": workers end with the process that started them (`farm up` sets it)
 
 
 def default_command() -> list[str]:
@@ -50,7 +52,7 @@ def default_command() -> list[str]:
     script = Path(sys.executable).with_name("farm")
     if script.exists():
         return [str(script), "worker"]
-    return [sys.executable, "-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker"]
+    return processes.python("-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker")
 
 
 class LocalBackend(Backend):
@@ -69,6 +71,7 @@ class LocalBackend(Backend):
         launcher: bool | None = None,
         events: bool | None = None,
         startup_delay_s: float = 0.0,
+        tether: bool | None = None,
     ) -> None:
         """`command` replaces `farm worker` (the backend appends `--stage S --name N`); `env` adds to the
         environment the workers inherit; `timeout_for(stage)` is the live stage timeout (the knobs');
@@ -80,7 +83,10 @@ class LocalBackend(Backend):
         FARM_WORKER_EVENTS=0) has the workers send Celery's task events, which Flower shows (a farm without
         Flower saves their cost, about a millisecond of CPU per request and stage); `startup_delay_s`
         delays each worker's start by that long (an artificial cold start, as containers and GPU workers
-        have: FARM_WORKER_STARTUP_DELAY_S, workers.process.startup_delay)."""
+        have: FARM_WORKER_STARTUP_DELAY_S, workers.process.startup_delay); `tether` (default: FARM_WORKER_TETHER=1)
+        has every worker end with the process that started it (this one, or its launcher, which ends with
+        this one): a `kill -9` of `farm up` then takes its workers along, where a daemon's workers otherwise
+        outlive it to be adopted by the next (Linux; elsewhere the next `farm up` ends what is left)."""
         self.settings = settings
         self.namespace = common.check_namespace(settings.namespace)
         self.command = list(command) if command else default_command()
@@ -94,6 +100,9 @@ class LocalBackend(Backend):
         if events is None:
             events = os.environ.get("FARM_WORKER_EVENTS", "1").strip() not in ("0", "")
         self.events = bool(events)
+        if tether is None:
+            tether = os.environ.get(TETHER_ENV, "").strip() not in ("0", "")
+        self.tether = bool(tether)
         self.timeout_for = common.timeout_lookup(timeout_for)
         root = Path(state_dir) if state_dir else Path(os.path.expanduser(settings.data_dir)) / "workers"
         self.dir = root / self.namespace
@@ -176,7 +185,7 @@ class LocalBackend(Backend):
             try:
                 pid = self._launcher.spawn(name, stage, log=self._records.log_path(name),
                                            pidfile=self._records.pid_path(name), env=farm_env, nice=self.nice,
-                                           events=self.events)
+                                           events=self.events, tether=self.tether)
             except LauncherError as exc:
                 self._records.remove(name)
                 raise BackendError(f"could not start worker {name}: {exc}") from exc
@@ -192,7 +201,8 @@ class LocalBackend(Backend):
         try:
             with open(self._records.log_path(name), "ab") as out:
                 proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True)
+                                        start_new_session=True, close_fds=True,
+                                        preexec_fn=processes.die_with_parent() if self.tether else None)
         except OSError as exc:
             self._records.remove(name)
             raise BackendError(f"could not start worker {name} ({' '.join(cmd)}): {exc}") from exc

@@ -1,15 +1,73 @@
 """What the local backend and its launcher ask of the operating system about worker processes: a
 process's start time (a pid with another start time is another process), finding one by its command
-line or its process group, and the workers' niceness.
+line or its process group, the workers' niceness; and how the farm starts a Python child (`python`)
+and ties a child's life to its parent's (`die_with_parent`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def python(*args: str) -> list[str]:
+    """The command line of a Python child of the interpreter running this process, `python -P ARGS`.
+
+    `-P` (3.11's safe path) keeps the current directory off the child's sys.path: `python -c` would put
+    `''` first and `python -m` the current directory, so a directory named `farm` (or `celery`) where the
+    farm was started would shadow the installed package in every process the farm starts."""
+    return [sys.executable, "-P", *args]
+
+
+def _prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def tether(parent: int, signum: int = signal.SIGTERM) -> bool:
+    """Have this process sent `signum` when its parent `parent` dies (Linux's PR_SET_PDEATHSIG); False
+    where that cannot be had. Call it in the child, right after the fork: a parent already gone by then
+    never signals, so then the signal comes at once."""
+    prctl = _prctl()
+    if prctl is None or prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+    return True
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` for `subprocess.Popen` that tethers the child to this process (None where tethering
+    is not available): a `kill -9` of this process then ends the child too.
+
+    Linux sends the signal when the *thread* that forked the child exits, not the process: start
+    tethered children from a thread that lives as long as the process (the main thread)."""
+    prctl = _prctl()  # looked up here: the child, forked from a threaded parent, should only call it
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signum)
+
+    return preexec
 
 
 def worker_nice(nice: int | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -80,6 +138,14 @@ def _read_each_process(filename: str):
         except OSError:  # it exited while we listed, or it is not ours to read
             continue
         yield int(entry.name), data
+
+
+def cmdline(pid: int) -> bytes:
+    """The command line of a process, its arguments joined by NULs; b"" when it cannot be read."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def find_by_cmdline(name: str) -> int | None:

@@ -233,7 +233,7 @@ def test_submitting_to_a_completed_batch_is_refused(reward_client):
 
 def test_bad_request_ids_and_groups_are_refused(reward_client):
     batch = reward_client.open_batch("t", "synthetic", 1)
-    for rid in ("", 7, "x" * 300, "a\nb"):
+    for rid in ("", 7, "x" * 1025, "é" * 513, "a\nb"):
         with pytest.raises(InvalidInput, match="request id"):
             batch.submit(rid, NOTHING)
     with pytest.raises(InvalidInput, match="group"):

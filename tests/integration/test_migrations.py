@@ -100,3 +100,24 @@ def test_farm_db_refuses_an_unknown_revision_with_a_message(postgres_url):
     result = CliRunner().invoke(main, ["db", "downgrade", "nonexistent", "--database-url", postgres_url])
     assert result.exit_code == 1
     assert "Can't locate revision identified by 'nonexistent'" in result.output
+
+
+def test_0002_lets_ids_and_groups_grow_past_200_characters_and_back_keeping_the_rows(postgres_url):
+    long = "g" * 10_000
+    store.upgrade(postgres_url, "0001")
+    engine = store.make_engine(postgres_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO tasks VALUES ('t', 'synthetic', 1.0)"))
+            conn.execute(text("INSERT INTO batches (id, task) VALUES ('b', 't')"))
+        store.upgrade(postgres_url, "0002")
+        with engine.begin() as conn:
+            conn.execute(text('INSERT INTO requests (batch_id, request_id, "group") VALUES (\'b\', :r, :g)'),
+                         {"r": "r" * 1024, "g": long})
+        store.downgrade(postgres_url, "0001")
+        with engine.connect() as conn:
+            request_id, group = conn.execute(text('SELECT request_id, "group" FROM requests')).one()
+            assert conn.execute(text("SELECT id FROM batches")).scalar_one() == "b"
+    finally:
+        engine.dispose()
+    assert (request_id, group) == ("r" * 200, long[:200])

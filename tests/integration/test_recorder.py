@@ -250,3 +250,44 @@ def test_a_new_life_of_a_name_ends_an_old_life_whose_retirement_was_never_record
     with engine.connect() as conn:
         lives = conn.execute(select(Worker.spawned_at, Worker.retired_at).order_by(Worker.spawned_at)).all()
     assert lives == [(10.0, 100.0), (100.0, None)]
+
+
+def test_a_request_with_a_1_kb_id_and_a_10_kb_group_is_recorded_end_to_end(settings, engine, reward_client):
+    request_id, group = "r" * 1024, "".join(f"prompt token {i} " for i in range(700))[:10_000]
+    batch = reward_client.open_batch("task-long", "synthetic", 1)
+    batch.submit(request_id, {"times": [0.0, 0.0]}, group=group)  # visits no stage: its result comes at once
+    [result] = batch.gather(timeout=10)
+    assert (result.request_id, result.group) == (request_id, group)
+
+    recorder = Recorder(settings, engine)
+    recorder.run_once()
+    assert recorder.skipped == 0
+    with engine.connect() as conn:
+        row = conn.execute(select(Request).where(Request.request_id == request_id)).one()
+    assert (row.group, row.status) == (group, result.status.value)
+
+
+def test_the_longest_keys_the_store_takes_fit_its_indexes(settings, engine, emit):
+    import secrets
+
+    from farm.store.ingest import MAX_KEY_BYTES
+
+    batch, request, task = (secrets.token_hex(MAX_KEY_BYTES // 2) for _ in range(3))  # incompressible
+    emit("batch_opened", batch=batch, task=task, pipeline="synthetic", size=1, opened_at=100.0)
+    emit("request_arrived", batch=batch, request=request, arrived_at=101.0, group=None, stages=["compile"])
+    emit("stage_done", batch=batch, request=request, stage="compile", queued_at=101.0, started_at=101.5,
+         finished_at=102.0, status="ok", worker="w1")
+    recorder = Recorder(settings, engine)
+    recorder.run_once()
+    assert recorder.skipped == 0
+    assert _batch(engine, batch).task == task
+    assert _count(engine, RequestStage) == 1
+
+
+def test_a_key_longer_than_the_store_takes_is_logged_and_counted(settings, engine, emit, caplog):
+    emit("batch_opened", batch="b" * 1025, task="t1", pipeline="synthetic", size=1, opened_at=100.0)
+    recorder = Recorder(settings, engine)
+    with caplog.at_level(logging.WARNING, logger="farm.store.recorder"):
+        assert recorder.run_once() == 1
+    assert recorder.skipped == 1
+    assert "batch is longer than the 1024 bytes a key of the history store may have" in caplog.text

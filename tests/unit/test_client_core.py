@@ -6,8 +6,20 @@ import json
 
 import pytest
 
-from farm.client.core import MAX_BLOCK_S, ResultReader, Session, arrivals, sweep_interval
+from farm.client.core import (
+    MAX_BLOCK_S,
+    Outage,
+    ResultReader,
+    Session,
+    Submitted,
+    arrivals,
+    client_settings,
+    safe_url,
+    sweep_interval,
+    unpack_requests,
+)
 from farm.config import Settings
+from farm.errors import FarmNotConfigured, InvalidInput
 from farm.knobs import Knobs, KnobsCache
 from farm.results import Result, Status
 
@@ -89,3 +101,47 @@ def test_the_callback_hears_of_each_group_just_before_the_client_hands_it_out():
     handed = tracker.emit(tracker.ready(None))
     assert next(handed)[0] == "a" and heard == ["a"]
     assert next(handed)[0] == "b" and heard == ["a", "b"]
+
+
+def test_a_result_reported_again_after_a_restored_batch_is_handed_out_once():
+    reader = ResultReader(Session(SETTINGS), "b0", 2, None, now=0.0)
+    assert [r.request_id for r in reader.feed([("done", [entry(1)])])] == ["r1"]
+    reader.restart()
+    assert reader.next_read(0.0).after == "0-0"
+    assert [r.request_id for r in reader.feed([("done", [entry(1), entry(2)])])] == ["r2"]
+    assert reader.done
+
+
+def test_an_outage_backs_off_exponentially_and_gives_up_when_the_budget_is_spent():
+    outage = Outage(Settings(redis_url="redis://u:secret@h:1/0", reconnect_s=3.0), now=0.0)
+    delays = [outage.next_delay(0.0) for _ in range(8)]
+    assert delays == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    assert outage.next_delay(2.5) == 0.5  # never past the budget
+    assert outage.next_delay(3.0) is None
+    assert "secret" not in str(outage.unavailable(OSError("refused")))
+
+
+def test_a_redis_url_in_a_message_hides_its_password():
+    assert safe_url("redis://user:pw@host:6379/0") == "redis://user:***@host:6379/0"
+    assert safe_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def test_a_client_names_no_farm_by_guessing():
+    with pytest.raises(FarmNotConfigured, match="FARM_REDIS_URL"):
+        client_settings(Settings())
+    assert client_settings(Settings(), redis_url="redis://h:1/0", namespace=None).redis_url == "redis://h:1/0"
+
+
+def test_bulk_requests_come_as_pairs_triples_or_mappings():
+    assert unpack_requests([("a", 1), ["b", 2, "g"], {"id": "c", "payload": 3}]) == [
+        ("a", 1, None), ("b", 2, "g"), ("c", 3, None)]
+    with pytest.raises(InvalidInput, match="request #1 of the bulk submit"):
+        unpack_requests([("a", 1), {"id": "b", "payload": 2, "extra": 0}])
+
+
+def test_results_come_in_submission_order_and_others_after_in_completion_order():
+    submitted = Submitted()
+    for rid in ("a", "b", "c"):
+        submitted.add(rid, {}, None)
+    done = [Result(rid, "b0", Status.OK) for rid in ("x", "c", "a", "b")]
+    assert [r.request_id for r in submitted.ordered(done)] == ["a", "b", "c", "x"]

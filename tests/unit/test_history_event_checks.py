@@ -41,7 +41,7 @@ def test_a_well_formed_event_of_every_kind_passes():
         ({"kind": "batch_completed", "batch": "b", "completed_at": "later"}, "completed_at must be a finite number"),
         ({"kind": "batch_completed", "batch": "b", "completed_at": float("inf")}, "completed_at must be a finite number"),
         ({"kind": "batch_deadline", "batch": ["b"], "estimated_at": 1.0}, "batch must be a string"),
-        ({"kind": "batch_deadline", "batch": "b" * 201, "estimated_at": 1.0}, "longer than 200 characters"),
+        ({"kind": "batch_deadline", "batch": "é" * 513, "estimated_at": 1.0}, "longer than the 1024 bytes"),
         ({"kind": "batch_opened", "batch": "b", "task": "t", "pipeline": "p", "size": -1, "opened_at": 1.0},
          "size must be a whole number >= 0"),
         ({"kind": "request_arrived", "batch": "b", "request": "r", "arrived_at": 1.0, "group": None, "stages": "compile"},

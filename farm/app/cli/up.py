@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import signal
 import threading
 
@@ -10,7 +12,8 @@ import click
 from farm import registry
 from farm.app.cli.common import settings_options
 from farm.app.embedded import EmbeddedFarm
-from farm.config import read_endpoint
+from farm.app.leftovers import FarmRunning
+from farm.config import Settings, read_endpoint
 from farm.pipeline import UnknownPipeline
 
 
@@ -22,6 +25,24 @@ def _stage_counts(pairs: tuple[str, ...]) -> dict[str, int]:
             raise click.BadParameter(f"{pair!r} is not QUEUE=N (e.g. synthetic.execute=4)", param_hint="--stage-workers")
         counts[queue] = int(n)
     return counts
+
+
+def how_clients_find_it(settings: Settings) -> str:
+    """What a client on this machine must set to reach this farm: nothing from the default data dir (its
+    endpoint file is where `farm.config.from_env` looks), FARM_DATA_DIR from any other."""
+    def same(a: str, b: str) -> bool:
+        return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
+    direct = [f"FARM_REDIS_URL={shlex.quote(settings.redis_url or '')}"]
+    if settings.namespace != Settings().namespace:
+        direct.append(f"FARM_NAMESPACE={shlex.quote(settings.namespace)}")
+    if settings.database_url:
+        direct.append(f"FARM_DATABASE_URL={shlex.quote(settings.database_url)}")
+    if same(settings.data_dir, Settings().data_dir):
+        return f"clients here find it on their own (or export {' '.join(direct)})"
+    data_dir = os.path.abspath(os.path.expanduser(settings.data_dir))
+    return (f"clients look for it in {Settings().data_dir}, so they need\n"
+            f"    export FARM_DATA_DIR={shlex.quote(data_dir)}\n(or export {' '.join(direct)})")
 
 
 @click.command()
@@ -50,17 +71,23 @@ def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, plann
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with farm:
-        s = farm.settings
-        click.echo(f"redis     {s.redis_url}")
-        click.echo(f"history   {s.database_url or 'sqlite under ' + str(s.data_dir)}")
-        click.echo(f"namespace {s.namespace}")
-        click.echo(f"flower    {farm.flower_url or 'off'}")
-        click.echo(f"stages    {', '.join(farm.stage_queues)}")
-        click.echo(f"planner   {'on' if planner else 'off (fixed pools)'}")
-        if not planner:
-            farm.wait_ready(stop=stop)
-        click.echo(f"the farm is up; clients here find it on their own (or export FARM_REDIS_URL={s.redis_url}). "
-                   "Ctrl-C stops it.")
-        stop.wait()
-        click.echo("stopping: workers finish their current request first")
+    try:
+        with farm:
+            _serve(farm, planner, stop)
+    except FarmRunning as exc:  # one starting from the same data dir, not yet published
+        raise click.ClickException(str(exc)) from exc
+
+
+def _serve(farm: EmbeddedFarm, planner: bool, stop: threading.Event) -> None:
+    s = farm.settings
+    click.echo(f"redis     {s.redis_url}")
+    click.echo(f"history   {s.database_url or 'sqlite under ' + str(s.data_dir)}")
+    click.echo(f"namespace {s.namespace}")
+    click.echo(f"flower    {farm.flower_url or 'off'}")
+    click.echo(f"stages    {', '.join(farm.stage_queues)}")
+    click.echo(f"planner   {'on' if planner else 'off (fixed pools)'}")
+    if not planner:
+        farm.wait_ready(stop=stop)
+    click.echo(f"the farm is up; {how_clients_find_it(s)}. Ctrl-C stops it.")
+    stop.wait()
+    click.echo("stopping: workers finish their current request first")
