@@ -35,9 +35,10 @@ from farm.client.core import (
     Submitted,
     arrivals,
     client_settings,
+    log_cancel,
+    refused_again,
     unpack_requests,
 )
-from farm.client.sync import cancel_quietly_log
 from farm.client.transient import TRANSIENT
 from farm.config import Settings
 from farm.errors import BatchLost, BatchNotFound, FarmError, InvalidInput
@@ -171,18 +172,13 @@ class AsyncBatch(BatchHandle):
     async def _restore(self) -> None:
         """As Batch._restore: open the lost batch again and submit again what this handle holds."""
         c = self.client
-        held = self.submitted.items()
-        if not held:
-            raise BatchLost(f"the farm lost batch {self.id!r} and this client holds none of its requests to "
-                            f"submit again (they were submitted through another handle)")
-        log.warning("the farm lost batch %r; opening it again and submitting its %d requests again", self.id,
-                    len(held))
+        held = self.submitted.to_restore(self.id)
         call, _ = c.session.open(self.task, self.pipeline.name, self.size, self.id, self.group_size, time.time())
         parse_open(await c.run(call), self.id, self.task)
         try:
             await self._send(held, c.session.admit_many(self.info, held), restoring=True)
         except InvalidInput as exc:
-            raise BatchLost(f"the farm lost batch {self.id!r} and refused it again: {exc}") from exc
+            raise refused_again(self.id, exc) from exc
 
     async def cancel(self) -> str:
         return await self.client.run(cancel_call(self.id, time.time()))
@@ -201,9 +197,9 @@ class AsyncBatch(BatchHandle):
             try:
                 state = await self.cancel()
             except FarmError as err:
-                cancel_quietly_log(self, exc, err)
+                log_cancel(self.id, exc, None, err)
             else:
-                cancel_quietly_log(self, exc, None, state)
+                log_cancel(self.id, exc, state, None)
 
 
 class Opening:

@@ -7,6 +7,7 @@ send what this says and hand back what they receive.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from farm import registry
 from farm.config import Settings, from_env
-from farm.errors import FarmNotConfigured, FarmUnavailable, InvalidInput
+from farm.errors import BatchLost, FarmError, FarmNotConfigured, FarmUnavailable, InvalidInput
 from farm.knobs import Knobs
 from farm.pipeline import Pipeline
 from farm.protocol.calls import (
@@ -24,13 +25,14 @@ from farm.protocol.calls import (
     new_batch_id,
     open_call,
     parse_submit,
-    submit_call,
     submit_many_call,
 )
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress
 from farm.protocol.scripts import Call, argv, lua_tokens
 from farm.results import Result
+
+log = logging.getLogger("farm.client")
 
 READ_COUNT = 1000  # results read per round trip
 # A blocking read longer than redis-py's socket timeout (5 s by default in redis-py 8) fails as a timeout
@@ -107,10 +109,6 @@ class Session:
         batch_id = new_batch_id() if batch_id is None else batch_id
         return open_call(task, registry.get(pipeline), size, batch_id, group_size, now), batch_id
 
-    def submit(self, batch: "BatchInfo", request_id: Any, payload: Any, group: Any, now: float, knobs: Knobs) -> Call:
-        """The call that submits one request (`knobs`: the live ones, for the first stage's time limit)."""
-        return submit_call(self.settings, batch.pipeline, batch.id, request_id, payload, group, now, knobs)
-
     def submitted(self, call: Call, reply: list) -> tuple[str, str | None]:
         """What a submit's reply means, and the stage queue that needs a wake-up token from us (None when
         the script published it, or the request is not queued)."""
@@ -184,11 +182,33 @@ class Submitted:
     def items(self) -> list[tuple[str, Any, Any]]:
         return [(rid, payload, group) for rid, (payload, group) in self.requests.items()]
 
+    def to_restore(self, batch_id: str) -> list[tuple[str, Any, Any]]:
+        """What to submit again into a batch the farm lost; BatchLost when this handle holds none of it."""
+        held = self.items()
+        if not held:
+            raise BatchLost(f"the farm lost batch {batch_id!r} and this client holds none of its requests to "
+                            f"submit again (they were submitted through another handle)")
+        log.warning("the farm lost batch %r; opening it again and submitting its %d requests again", batch_id,
+                    len(held))
+        return held
+
     def ordered(self, results: list[Result]) -> list[Result]:
         """Results in submission order; those of requests submitted elsewhere follow in completion order."""
         rank = {rid: i for i, rid in enumerate(self.requests)}
         mine = sorted((r for r in results if r.request_id in rank), key=lambda r: rank[r.request_id])
         return mine + [r for r in results if r.request_id not in rank]
+
+
+def refused_again(batch_id: str, exc: InvalidInput) -> BatchLost:
+    return BatchLost(f"the farm lost batch {batch_id!r} and refused it again: {exc}")
+
+
+def log_cancel(batch_id: str, exc: BaseException | None, state: str | None, err: FarmError | None) -> None:
+    """What became of a batch cancelled because its trainer's block raised (`err`: the cancel failed too)."""
+    if err is not None:
+        log.warning("batch %r was left open: cancelling it after %r failed: %s", batch_id, exc, err)
+    else:
+        log.info("batch %r %s after %r", batch_id, state, exc)
 
 
 @dataclass(frozen=True)

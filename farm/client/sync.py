@@ -28,6 +28,8 @@ from farm.client.core import (
     Submitted,
     arrivals,
     client_settings,
+    log_cancel,
+    refused_again,
     unpack_requests,
 )
 from farm.client.transient import TRANSIENT
@@ -162,18 +164,13 @@ class Batch(BatchHandle):
         """The farm lost this batch (its Redis restarted without persistence): open it again under the same
         id and submit again what this handle holds (request ids are idempotent, so nothing is doubled)."""
         c = self.client
-        held = self.submitted.items()
-        if not held:
-            raise BatchLost(f"the farm lost batch {self.id!r} and this client holds none of its requests to "
-                            f"submit again (they were submitted through another handle)")
-        log.warning("the farm lost batch %r; opening it again and submitting its %d requests again", self.id,
-                    len(held))
+        held = self.submitted.to_restore(self.id)
         call, _ = c.session.open(self.task, self.pipeline.name, self.size, self.id, self.group_size, time.time())
         parse_open(c.call(c.dispatch.run, call), self.id, self.task)
         try:
             self._send(held, c.session.admit_many(self.info, held), restoring=True)
         except InvalidInput as exc:
-            raise BatchLost(f"the farm lost batch {self.id!r} and refused it again: {exc}") from exc
+            raise refused_again(self.id, exc) from exc
 
     def cancel(self) -> str:
         """Drop pending requests and give every unfinished one a `cancelled` result (running stages are
@@ -199,16 +196,9 @@ def cancel_quietly(batch: Batch, exc: BaseException | None) -> None:
     try:
         state = batch.cancel()
     except FarmError as err:
-        cancel_quietly_log(batch, exc, err)
+        log_cancel(batch.id, exc, None, err)
     else:
-        cancel_quietly_log(batch, exc, None, state)
-
-
-def cancel_quietly_log(batch: Any, exc: BaseException | None, err: FarmError | None, state: str = "") -> None:
-    if err is not None:
-        log.warning("batch %r was left open: cancelling it after %r failed: %s", batch.id, exc, err)
-    else:
-        log.info("batch %r %s after %r", batch.id, state, exc)
+        log_cancel(batch.id, exc, state, None)
 
 
 class RewardClient:
