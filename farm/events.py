@@ -17,6 +17,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "batch_deadline": ("batch", "estimated_at"),  # the planner's estimated completion time T (EBF key)
     "batch_completed": ("batch", "completed_at"),
     "batch_cancelled": ("batch", "cancelled_at"),
+    "batch_sealed": ("batch", "size", "sealed_at"),  # takes no more requests: its size is what arrived
     "request_arrived": ("batch", "request", "arrived_at", "group", "stages"),
     # one per visited stage: queued (entered the stage's queue), started, finished, status, worker
     "stage_done": ("batch", "request", "stage", "queued_at", "started_at", "finished_at", "status", "worker"),

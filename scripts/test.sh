@@ -13,7 +13,34 @@ apt_install() {
 }
 
 log "python packages"
-python3 -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v -i "running pip as the 'root' user" || true
+pip_quiet() { python3 -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v -i "running pip as the 'root' user" || true; }
+extra() {  # the requirements of one of setup.cfg's extras, one per word
+    python3 -c "import configparser, sys; c = configparser.ConfigParser(); c.read('setup.cfg'); \
+print(' '.join(r for r in c['options.extras_require'][sys.argv[1]].split() if r))" "$1"
+}
+# the trainer adapters' tests need torch: the CPU build this machine keeps on disk (plain `torch`, or one pulled
+# in by trl or verl, would be PyPI's CUDA build, several GB)
+python3 -c 'import torch' 2>/dev/null || pip_quiet 'torch==2.13.0'
+pip_quiet -e '.[test]'
+# the `trl` extra by name, in a second resolution: resolved in one go with the farm's own requirements
+# (`-e '.[test,trl]'`), pip 23 backtracks through old wandb releases for minutes and fails
+read -ra trl_requirements < <(extra trl)
+pip_quiet "${trl_requirements[@]}"
+
+log "verl's environment"
+# verl in an environment of its own, as a trainer runs it: verl pins ANTLR 4.9 (through hydra and omegaconf), under
+# which math-verify reads some answers differently and the farm's math workers refuse to judge. It sees this
+# environment's packages (torch, the farm) and overrides what verl pins; kept per verl requirements, outside the clone.
+read -ra verl_requirements < <(extra verl)
+verl_env="${FARM_VERL_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/reward-farm/verl-$(printf '%s ' "${verl_requirements[@]}" \
+    "$(python3 -c 'import sys; print(sys.prefix)')" | sha1sum | cut -c1-12)}"
+if ! "$verl_env/bin/python" -c 'import verl, farm.integrations.verl' 2>/dev/null; then
+    python3 -m venv --system-site-packages "$verl_env"
+    "$verl_env/bin/python" -m pip install -q --disable-pip-version-check "${verl_requirements[@]}" 2>&1 |
+        grep -v -i "running pip as the 'root' user" || true
+fi
+"$verl_env/bin/python" -c 'import verl; print("verl", verl.__version__)'
+export FARM_VERL_PYTHON="$verl_env/bin/python" FARM_REQUIRE_TRAINERS=1
 
 log "redis"
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then

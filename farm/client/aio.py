@@ -49,6 +49,8 @@ from farm.protocol.calls import (
     cancel_call,
     check_batch_id,
     parse_open,
+    parse_seal,
+    seal_call,
     set_estimate_call,
     sweep_call,
 )
@@ -182,6 +184,10 @@ class AsyncBatch(BatchHandle):
 
     async def cancel(self) -> str:
         return await self.client.run(cancel_call(self.id, time.time()))
+
+    async def seal(self) -> str:
+        """As `Batch.seal`: no more requests, the size becomes what has arrived."""
+        return parse_seal(await self.client.run(seal_call(self.id, time.time())), self.id)
 
     async def set_estimate(self, estimated_at: float) -> bool:
         return await self.client.run(set_estimate_call(self.id, estimated_at)) == "ok"

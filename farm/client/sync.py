@@ -35,7 +35,16 @@ from farm.client.core import (
 from farm.client.transient import TRANSIENT
 from farm.config import Settings
 from farm.errors import BatchLost, BatchNotFound, FarmError, InvalidInput
-from farm.protocol.calls import Admitted, admit, cancel_call, check_batch_id, parse_open, set_estimate_call
+from farm.protocol.calls import (
+    Admitted,
+    admit,
+    cancel_call,
+    check_batch_id,
+    parse_open,
+    parse_seal,
+    seal_call,
+    set_estimate_call,
+)
 from farm.protocol.dispatch import Dispatch, Pending
 from farm.protocol.live import Progress
 from farm.protocol.scripts import Call
@@ -176,6 +185,11 @@ class Batch(BatchHandle):
         """Drop pending requests and give every unfinished one a `cancelled` result (running stages are
         told to stop). Returns the batch's state: 'cancelled', or 'completed' when it was already done."""
         return self.client.call(self.client.dispatch.run, cancel_call(self.id, time.time()))
+
+    def seal(self) -> str:
+        """Take no more requests: the batch's size becomes what has arrived, for a window that closes by time
+        rather than by size. Returns 'sealed' (finishing those), 'completed', or 'cancelled' when none had."""
+        return parse_seal(self.client.call(self.client.dispatch.run, seal_call(self.id, time.time())), self.id)
 
     def set_estimate(self, estimated_at: float) -> bool:
         return self.client.call(self.client.dispatch.run, set_estimate_call(self.id, estimated_at)) == "ok"

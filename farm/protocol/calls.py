@@ -26,6 +26,7 @@ from farm.protocol.scripts import (
     HEARTBEAT,
     OPEN,
     PICK,
+    SEAL,
     SET_ESTIMATE,
     SUBMIT,
     SUBMIT_MANY,
@@ -181,6 +182,17 @@ def request_done_event(result: Result) -> str:
 
 def cancel_call(batch_id: str, now: float) -> Call:
     return CANCEL.call(batch=batch_id, at=stamp(now))
+
+
+def seal_call(batch_id: str, now: float) -> Call:
+    return SEAL.call(batch=batch_id, at=stamp(now))
+
+
+def parse_seal(reply: list, batch_id: str) -> str:
+    """The batch's state after sealing: 'sealed' (still finishing what arrived), 'completed' or 'cancelled'."""
+    if reply[0] == "unknown":
+        raise BatchNotFound(f"no batch {batch_id!r} to seal")
+    return reply[0]
 
 
 def set_estimate_call(batch_id: str, estimated_at: float) -> Call:

@@ -8,6 +8,7 @@ import pytest
 
 from farm.knobs import Knobs
 from farm.results import Outcome, Status
+from workers.pipelines import math
 from workers.pipelines.math import pipeline
 from workers.runner import score
 
@@ -65,3 +66,19 @@ def test_an_unparseable_reference_is_invalid_input():
 def test_a_malformed_payload_is_refused_with_a_reason(payload, words):
     r = score(pipeline, payload)
     assert r.status is Status.INVALID_INPUT and words in r.message
+
+
+def test_the_installed_verifier_gives_the_verdicts_this_judge_is_tested_with():
+    math.warm_up.cache_clear()
+    assert math.warm_up() is None
+
+
+def test_a_verifier_that_reads_answers_differently_refuses_to_judge(monkeypatch):
+    # what a different ANTLR runtime does: some verdicts change; every request is then infra_error (masked)
+    monkeypatch.setattr(math, "_SELF_TEST", math._SELF_TEST + (("2", "3", True),))
+    math.warm_up.cache_clear()
+    try:
+        r = score(pipeline, {"response": r"\boxed{7}", "answer": "7"})
+    finally:
+        math.warm_up.cache_clear()
+    assert r.status is Status.INFRA_ERROR and "'3' against '2'" in r.message and "antlr4-python3-runtime" in r.message

@@ -252,6 +252,15 @@ def test_a_new_life_of_a_name_ends_an_old_life_whose_retirement_was_never_record
     assert lives == [(10.0, 100.0), (100.0, None)]
 
 
+def test_a_sealed_batch_is_recorded_with_the_size_that_arrived(settings, engine, reward_client):
+    batch = reward_client.open_batch("task-window", "synthetic", 100)
+    batch.submit_many([(f"r{i}", {"times": [0.0, 0.0]}) for i in range(3)])  # visit no stage: done at once
+    assert batch.seal() == "completed"
+    Recorder(settings, engine).run_once()
+    row = _batch(engine, batch.id)
+    assert (row.size, row.completed_at is not None, row.cancelled_at) == (3, True, None)
+
+
 def test_a_request_with_a_1_kb_id_and_a_10_kb_group_is_recorded_end_to_end(settings, engine, reward_client):
     request_id, group = "r" * 1024, "".join(f"prompt token {i} " for i in range(700))[:10_000]
     batch = reward_client.open_batch("task-long", "synthetic", 1)

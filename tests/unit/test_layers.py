@@ -19,6 +19,7 @@ FIRST_PARTY = ("farm", "planner", "workers", "migrations")
 # layer -> module prefixes, the most specific first wins
 LAYERS = {
     "app": ("farm.app",),
+    "integrations": ("farm.integrations",),
     "store": ("farm.store", "migrations"),
     "base": ("farm",),
     "workers": ("workers",),
@@ -29,6 +30,7 @@ LAYERS = {
 }
 MAY_IMPORT = {
     "base": {"base"},
+    "integrations": {"base", "integrations"},  # trainer adapters: on the client, beside the base, never under it
     "store": {"base", "store"},
     "workers": {"base", "workers"},
     "policy": {"policy"},  # and farm.knobs, its input: see POLICY_FROM_BASE
@@ -115,5 +117,13 @@ def test_a_trainer_importing_the_base_loads_no_layer_above_it(entry):
              "above = sorted(m for m in sys.modules if m.split('.')[0] in ('planner', 'workers', 'sqlalchemy')"
              " or m.startswith(('farm.store', 'farm.app')))\n"
              "print(above)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_trainer_importing_the_client_loads_no_trainer_package():
+    probe = ("import sys, farm.client, farm.integrations\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('trl', 'verl', 'torch', 'transformers', 'ray')"
+             " or m.startswith('farm.integrations.')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

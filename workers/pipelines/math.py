@@ -34,6 +34,7 @@ timeouts off and the stage's timeout as a hard kill (`timeout` status). A verifi
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 from dataclasses import replace
 from typing import Any, Mapping
@@ -126,25 +127,49 @@ def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
 
 
 # Verified once in the worker before any fork, so that the lazy imports of sympy and the LaTeX parser
-# happen there: the contained child runs as an unprivileged uid that may not read the site-packages.
-_WARM_UP = (("\\frac{1}{2}", "0.5"), ("\\sqrt{8}", "2\\sqrt{2}"), ("x^2+2x+1", "(x+1)^2"), ("\\{1,2\\}", "\\{2,1\\}"),
-            ("[1,2)", "[1, 2)"), ("(1,2)", "(1, 2)"), ("x=3", "3"), ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "[[1,2],[3,4]]"),
-            ("10\\%", "0.1"), ("\\pi/2", "1.5708"), ("\\infty", "oo"), ("3!", "6"), ("\\log(e)", "1"),
-            ("\\sin(x)^2+\\cos(x)^2", "1"), ("\\int_0^1 x dx", "1/2"), ("\\sum_{k=1}^{3} k", "6"), ("a", "b"))
+# happen there (the contained child runs as an unprivileged uid that may not read the site-packages), and
+# checked against the verdicts this judge is tested with: math-verify's LaTeX parser is generated per ANTLR
+# runtime, and another runtime (hydra and omegaconf, which verl installs, pin 4.9) reads some answers
+# differently. A worker whose verdicts differ refuses to judge rather than score responses by another rule.
+_SELF_TEST = (("\\frac{1}{2}", "0.5", True), ("\\sqrt{8}", "2\\sqrt{2}", True), ("x^2+2x+1", "(x+1)^2", True),
+              ("\\{1,2\\}", "\\{2,1\\}", True), ("[1,2)", "[1, 2)", True), ("(1,2)", "(1, 2)", True), ("x=3", "3", True),
+              ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "[[1,2],[3,4]]", False), ("10\\%", "0.1", True),
+              ("\\pi/2", "1.5708", False), ("\\infty", "oo", False), ("3!", "6", True), ("\\log(e)", "1", False),
+              ("\\sin(x)^2+\\cos(x)^2", "1", True), ("\\int_0^1 x dx", "1/2", True), ("\\sum_{k=1}^{3} k", "6", True),
+              ("a", "b", False))
 
 
 @functools.lru_cache(maxsize=1)
-def warm_up() -> None:
+def warm_up() -> str | None:
+    """Import and exercise the verifier once per worker process; a message when its verdicts are not the
+    ones this judge is tested with (then every request is an infra_error, which trainers mask)."""
     import sympy.combinatorics  # noqa: F401 - reached lazily by simplify
     import sympy.tensor.tensor  # noqa: F401
 
-    for reference, answer in _WARM_UP:
-        equivalent({"reference": reference, "answer": answer})
+    wrong = [(reference, answer) for reference, answer, expected in _SELF_TEST
+             if equivalent({"reference": reference, "answer": answer})["ok"] is not expected]
+    if not wrong:
+        return None
+    refusal = (f"math-verify's verdicts differ from the tested ones on {len(wrong)} of {len(_SELF_TEST)} self-test "
+            f"pairs (first: {wrong[0][1]!r} against {wrong[0][0]!r}) with antlr4-python3-runtime "
+            f"{_antlr_version()}: run math workers in an environment with 4.13.2, apart from trainer packages "
+            f"that pin another runtime")
+    logging.getLogger(__name__).error("refusing to judge: %s", refusal)
+    return refusal
+
+
+def _antlr_version() -> str:
+    try:
+        return importlib.metadata.version("antlr4-python3-runtime")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 @contained
 def verify_stage(ctx: StageContext) -> StageOutcome:
-    warm_up()  # once per worker process: each forked child then starts with everything imported
+    refused = warm_up()  # once per worker process: each forked child then starts with everything imported
+    if refused:
+        return StageOutcome(Status.INFRA_ERROR, message=refused)
     reference, answer = _answers(ctx.payload)
     limits = replace(LIMITS, wall_s=ctx.timeout_s)
     result = sandbox.call(equivalent, {"reference": reference, "answer": answer}, limits=limits)

@@ -1,8 +1,9 @@
 -- submit a request. `first_queue` is '' when it visits no stage (then `result` and `done_event` finish it
 -- here), `group` '' when it has none. Returns {'queued'}, {'finished'}, {'duplicate'} (the same request
--- again), {'conflict'} (same id, other payload), {'closed', state}, {'full', size} or {'unknown'}.
+-- again), {'conflict'} (same id, other payload), {'closed', state} ('sealed' for a sealed batch still
+-- finishing), {'full', size} or {'unknown'}.
 local b = P .. ':b:' .. batch
-local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key')
+local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key', 'sealed')
 if not f[1] then return {'unknown'} end
 local old = redis.call('HGET', b .. ':payload', request)
 if old then
@@ -10,6 +11,7 @@ if old then
   return {'conflict'}
 end
 if f[1] ~= 'open' then return {'closed', f[1]} end
+if f[5] then return {'closed', 'sealed'} end
 if tonumber(f[3]) >= tonumber(f[2]) then return {'full', f[2]} end
 redis.call('HSET', b .. ':payload', request, payload)
 redis.call('HSET', b .. ':req', request, state)
