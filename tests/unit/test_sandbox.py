@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -113,6 +114,21 @@ def test_call_runs_a_function_in_a_contained_child():
     assert result.value[0] == 42 and result.value[1] in uids.uid_range()
 
 
+def test_a_call_forked_from_a_worker_with_a_large_address_space_still_gets_its_memory():
+    # what a worker that loaded torch or a CUDA context looks like: gigabytes mapped before any call
+    reserved = mmap.mmap(-1, 4 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=0)  # PROT_NONE: no memory
+    try:
+        result = sandbox.call(_allocate, 256 << 20, limits=sandbox.Limits(wall_s=10, memory_bytes=1 * sandbox.GiB))
+    finally:
+        reserved.close()
+    assert result.value == 256 << 20, result.error
+
+
+def test_a_call_may_not_add_more_than_its_memory_limit():
+    result = sandbox.call(_allocate, 2 << 30, limits=sandbox.Limits(wall_s=10, memory_bytes=1 * sandbox.GiB))
+    assert "MemoryError" in result.error
+
+
 def test_call_reports_a_timeout_and_an_error():
     assert sandbox.call(_spin, None, limits=sandbox.Limits(wall_s=1)).timed_out
     assert "ZeroDivisionError" in sandbox.call(_divide, 0).error
@@ -183,6 +199,10 @@ def test_without_namespaces_the_sandbox_fails_closed(monkeypatch):
         assert sandbox.mode() == "uncontained"
     finally:
         sandbox.mode.cache_clear()
+
+
+def _allocate(n):
+    return len(bytearray(n))
 
 
 def _identity_and_uid(x):

@@ -22,7 +22,9 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     wall_s: float = 10.0
     cpu_s: float | None = None  # None: the wall limit, rounded up
-    memory_bytes: int | None = 1 * GiB  # RLIMIT_AS; None leaves address space free (CUDA maps huge ranges)
+    # RLIMIT_AS; None leaves address space free (CUDA maps huge ranges). For `call` it is what the forked child may
+    # add to the worker's own mappings; a program (`run`) starts afresh and gets it whole.
+    memory_bytes: int | None = 1 * GiB
     data_bytes: int | None = None  # RLIMIT_DATA: the memory cap to use where RLIMIT_AS cannot be (GPU programs)
     nproc: int = 64
     file_bytes: int = 64 * MiB  # largest file the program may write

@@ -24,6 +24,14 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 
 
+def _mapped_bytes() -> tuple[int, int]:
+    """This process's address space and data segment, in bytes (/proc/self/statm: size, and data + stack)."""
+    with open("/proc/self/statm") as statm:
+        fields = statm.read().split()
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(fields[0]) * page, int(fields[5]) * page
+
+
 def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_fds: Sequence[int] = ()) -> CallResult:
     """fn(arg) in a forked, contained child; the result travels back as JSON over a pipe only the child
     and this process hold. Use for trusted code on untrusted input (a verifier parsing model output,
@@ -103,10 +111,14 @@ def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
         cpu = limits.cpu_seconds()
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        # the caps bound what the call adds to the worker it was forked from: an absolute cap below what the
+        # worker already maps (a big library, a CUDA context) would fail the verifier's allocations and turn
+        # them into verdicts
+        mapped, data = _mapped_bytes()
         if limits.memory_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+            resource.setrlimit(resource.RLIMIT_AS, (mapped + limits.memory_bytes,) * 2)
         if limits.data_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes, limits.data_bytes))
+            resource.setrlimit(resource.RLIMIT_DATA, (data + limits.data_bytes,) * 2)
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # a verifier writes no files
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
