@@ -114,6 +114,7 @@ class Pipeline:
             for s in self.stages
         )
         object.__setattr__(self, "stages", queued)
+        object.__setattr__(self, "_names", tuple(names))  # in pipeline order
 
     def stage(self, name: str) -> Stage:
         for s in self.stages:
@@ -135,8 +136,11 @@ class Pipeline:
             raise
         except Exception as exc:  # a pipeline's validation bug must not become a dead client
             raise InvalidInput(f"pipeline {self.name!r} rejected the payload: {exc}") from exc
-        unknown = [n for n in admission.stages if n not in {s.name for s in self.stages}]
+        names = self._names
+        unknown = [n for n in admission.stages if n not in names]
         if unknown:
             raise InvalidInput(f"pipeline {self.name!r} routed to unknown stages {unknown}")
-        order = [s.name for s in self.stages if s.name in admission.stages]
-        return Admission(tuple(order), admission.status, admission.reward, admission.message, admission.outcome)
+        order = tuple(n for n in names if n in admission.stages)
+        if order == admission.stages:  # the usual case, kept as it is: this runs for every submitted request
+            return admission
+        return Admission(order, admission.status, admission.reward, admission.message, admission.outcome)

@@ -21,7 +21,7 @@ from farm.pipeline import Pipeline
 from farm.protocol.calls import (
     Admitted,
     admit,
-    admitted_call,
+    admitted_calls,
     new_batch_id,
     open_call,
     parse_submit,
@@ -129,7 +129,7 @@ class Session:
         return out
 
     def calls(self, batch: "BatchInfo", admitted: list[Admitted], now: float, knobs: Knobs) -> list[Call]:
-        return [admitted_call(batch.pipeline, batch.id, a, now, knobs) for a in admitted]
+        return admitted_calls(batch.pipeline, batch.id, admitted, now, knobs)
 
     @staticmethod
     def one_trip(calls: list[Call]) -> Call:

@@ -11,7 +11,8 @@ import math
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from json.encoder import encode_basestring_ascii
+from typing import Any, Sequence
 
 from farm import events
 from farm.config import Settings
@@ -138,21 +139,66 @@ def admitted_call(pipeline: Pipeline, batch_id: str, admitted: Admitted, now: fl
                   knobs: Knobs | None = None) -> Call:
     """The submit call of an admitted request. `knobs` give the first stage's timeout, hence the hard time
     limit of its wake-up token."""
-    request_id, group, stages = admitted.request_id, admitted.group, admitted.stages
-    state = RequestState(group, stages, queued_at=now).encode()
-    arrived = events.encode("request_arrived", batch=batch_id, request=request_id, arrived_at=now, group=group,
-                            stages=list(stages))["e"]
-    first = pipeline.stage(stages[0]).queue if stages else ""
-    limit = stamp(hard_limit((knobs or Knobs()).timeout_of(pipeline.stage(stages[0])))) if stages else ""
-    result = done = ""
-    if not stages:
-        res = Result(request_id, batch_id, admitted.status, admitted.reward, admitted.message,
-                     outcome=admitted.outcome, group=group, finished_at=now)
-        result = _COMPACT.encode(res.to_dict())
-        done = request_done_event(res)
-    return SUBMIT.call(batch=batch_id, request=request_id, payload=admitted.body, state=state, first_queue=first,
-                       at=stamp(now), result=result, arrived_event=arrived, done_event=done, group=group or "",
-                       limit=limit)
+    return admitted_calls(pipeline, batch_id, [admitted], now, knobs)[0]
+
+
+def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitted], now: float,
+                   knobs: Knobs | None = None) -> list[Call]:
+    """The submit calls of admitted requests arriving together. What requests on the same stage path share
+    is worked out and encoded once: a bulk submit spends much of its client time here."""
+    knobs, at, paths, calls = knobs or Knobs(), stamp(now), {}, []
+    for a in admitted:
+        path = paths.get(a.stages)
+        if path is None:
+            path = paths[a.stages] = _Arrival.of(pipeline, batch_id, a.stages, now, knobs)
+        result = done = ""
+        if not a.stages:
+            res = Result(a.request_id, batch_id, a.status, a.reward, a.message, outcome=a.outcome, group=a.group,
+                         finished_at=now)
+            result = _COMPACT.encode(res.to_dict())
+            done = request_done_event(res)
+        calls.append(SUBMIT.call(batch=batch_id, request=a.request_id, payload=a.body, state=path.state(a.group),
+                                 first_queue=path.first, at=at, result=result,
+                                 arrived_event=path.event(a.request_id, a.group), done_event=done,
+                                 group=a.group or "", limit=path.limit))
+    return calls
+
+
+_REQUEST, _GROUP = "\0request", "\0group"  # stand-ins no real id or group holds (ids are printable)
+
+
+def _json_string(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+@dataclass(frozen=True)
+class _Arrival:
+    """What the arrivals on one stage path share: the first queue, its hard limit, and the request state and
+    arrival event, encoded once by their own encoders around stand-ins that each request's id and group
+    replace."""
+
+    first: str
+    limit: str
+    state_parts: tuple[str, str]  # the state's JSON before and after its group
+    event_parts: tuple[str, str, str]  # the event's JSON around its request id, then its group
+
+    @classmethod
+    def of(cls, pipeline: Pipeline, batch_id: str, stages: tuple[str, ...], now: float, knobs: Knobs) -> "_Arrival":
+        first = pipeline.stage(stages[0]).queue if stages else ""
+        limit = stamp(hard_limit(knobs.timeout_of(pipeline.stage(stages[0])))) if stages else ""
+        state = RequestState(_GROUP, stages, queued_at=now).encode()
+        event = events.encode("request_arrived", batch=batch_id, request=_REQUEST, arrived_at=now, group=_GROUP,
+                              stages=list(stages))["e"]
+        head, rest = event.split(_json_string(_REQUEST))
+        middle, tail = rest.split(_json_string(_GROUP))
+        return cls(first, limit, tuple(state.split(_json_string(_GROUP))), (head, middle, tail))
+
+    def state(self, group: str | None) -> str:
+        return self.state_parts[0] + _json_string(group) + self.state_parts[1]
+
+    def event(self, request_id: str, group: str | None) -> str:
+        head, middle, tail = self.event_parts
+        return head + _json_string(request_id) + middle + _json_string(group) + tail
 
 
 def submit_many_call(calls: list[Call]) -> Call:

@@ -82,25 +82,26 @@ local STATE_GROUP, STATE_RECORDS = '{GROUP}', '{RECORDS}'
 """
 
 
-def _submit_many(common: str, submit: str) -> str:
-    """SUBMIT_MANY: submit.lua's body as a function of SUBMIT's arguments, run over each request in turn, so
-    one round trip and one script run serve many requests with exactly the single submit's semantics."""
-    arity, first = len(SUBMIT.args), FIRST_OWN_ARG + 1
+BULK_MAX = 2000  # submits one SUBMIT_MANY run takes together; past it they go one at a time (Lua's unpack limit)
+
+
+def _submit_many(common: str, submit: str, many: str) -> str:
+    """SUBMIT_MANY: submit.lua's body as a function of SUBMIT's arguments (`submit_one`), and submit_many.lua,
+    which answers each request exactly as that function would in turn, one round trip and one run for all."""
+    indices = ", ".join(f"A_{a.upper()}" for a in SUBMIT.args)
     return (_SHARED + common + "\n" + SUBMIT_MANY.prelude()
             + f"local function submit_one({', '.join(SUBMIT.args)})\n{submit}\nend\n"
-            + "local replies = {}\n"
-            + "for i = 0, tonumber(count) - 1 do\n"
-            + f"  local from = {first} + i * {arity}\n"
-            + f"  replies[i + 1] = submit_one(unpack(ARGV, from, from + {arity - 1}))\n"
-            + "end\n"
-            + "return replies\n")
+            + f"local ARITY, FIRST, BULK_MAX = {len(SUBMIT.args)}, {FIRST_OWN_ARG + 1}, {BULK_MAX}\n"
+            + f"local {indices} = {', '.join(str(i) for i in range(len(SUBMIT.args)))}\n"
+            + many)
 
 
 def _load() -> dict[str, str]:
     folder = resources.files("farm.protocol") / "lua"
     common = (folder / "common.lua").read_text()
     sources = {s.name: _SHARED + common + "\n" + s.prelude() + (folder / f"{s.name}.lua").read_text() for s in ALL}
-    sources[SUBMIT_MANY.name] = _submit_many(common, (folder / "submit.lua").read_text())
+    sources[SUBMIT_MANY.name] = _submit_many(common, (folder / "submit.lua").read_text(),
+                                             (folder / "submit_many.lua").read_text())
     return sources
 
 

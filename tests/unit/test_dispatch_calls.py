@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from farm import events
 from farm.client.core import GroupTracker, ResultReader, Session
 from farm.config import Settings
 from farm.errors import (
@@ -19,8 +20,18 @@ from farm.errors import (
     InvalidInput,
     PayloadTooLarge,
 )
-from farm.protocol.calls import canonical_json, open_call, parse_open, parse_submit, set_estimate_call, submit_call
+from farm.protocol.calls import (
+    admit,
+    admitted_calls,
+    canonical_json,
+    open_call,
+    parse_open,
+    parse_submit,
+    set_estimate_call,
+    submit_call,
+)
 from farm.protocol.scripts import SOURCES, SUBMIT
+from farm.protocol.state import RequestState
 from farm.protocol.tokens import hard_limit, task_name
 from farm.results import Result, Status
 from workers.pipelines import synthetic
@@ -31,6 +42,18 @@ SETTINGS = Settings(namespace="unit", max_payload_bytes=200)
 
 def submit(payload, request_id="r0", group=None):
     return submit_call(SETTINGS, PIPELINE, "b0", request_id, payload, group, 100.0)
+
+
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=20).filter(str.isprintable),
+                            st.none() | st.text(max_size=20).filter(bool),
+                            st.sampled_from([[0, 1], [1, 0], [1, 1], [0, 0]])), min_size=1, max_size=6,
+                unique_by=lambda r: r[0]))
+def test_arrivals_encoded_together_say_exactly_what_each_encoded_alone_says(requests):
+    admitted = [admit(SETTINGS, PIPELINE, rid, {"times": times}, group) for rid, group, times in requests]
+    for a, call in zip(admitted, admitted_calls(PIPELINE, "b0", admitted, 100.5)):
+        assert call.arg("state") == RequestState(a.group, a.stages, queued_at=100.5).encode()
+        assert call.arg("arrived_event") == events.encode("request_arrived", batch="b0", request=a.request_id,
+                                                          arrived_at=100.5, group=a.group, stages=list(a.stages))["e"]
 
 
 def test_a_request_is_queued_to_the_first_stage_it_visits():

@@ -26,10 +26,9 @@ local function qkey(queue, what) return P .. ':q:' .. queue .. ':' .. what end
 -- `app.send_task(farm.protocol.tokens.task_name(queue), queue=settings.queue(queue))` would publish.
 local TOKEN_BODY = 'W1tdLCB7fSwgeyJjYWxsYmFja3MiOiBudWxsLCAiZXJyYmFja3MiOiBudWxsLCAiY2hhaW4iOiBudWxsLCAiY2hvcmQiOiBudWxsfV0='
 local DEFAULT_LIMIT = '3600'
-local function push_token(queue, limit)
-  local id = P .. '-token-' .. redis.call('INCR', P .. ':tokens')
+local function token_message(id, queue, limit)
   local q = cjson.encode(P .. '.' .. queue)
-  local msg = '{"body":"' .. TOKEN_BODY .. '","content-encoding":"utf-8","content-type":"application/json",'
+  return '{"body":"' .. TOKEN_BODY .. '","content-encoding":"utf-8","content-type":"application/json",'
     .. '"headers":{"lang":"py","task":' .. cjson.encode(TASK_PREFIX .. queue) .. ',"id":"' .. id .. '","shadow":null,'
     .. '"eta":null,"expires":null,"group":null,"group_index":null,"retries":0,"timelimit":[' .. limit .. ',null],'
     .. '"root_id":"' .. id .. '","parent_id":null,"argsrepr":"()","kwargsrepr":"{}","origin":"farm-dispatch",'
@@ -37,7 +36,11 @@ local function push_token(queue, limit)
     .. '"properties":{"correlation_id":"' .. id .. '","reply_to":"","delivery_mode":2,'
     .. '"delivery_info":{"exchange":"","routing_key":' .. q .. '},"priority":0,"body_encoding":"base64",'
     .. '"delivery_tag":"' .. id .. '"}}'
-  redis.call('LPUSH', P .. '.' .. queue, msg)
+end
+
+local function push_token(queue, limit)
+  local id = P .. '-token-' .. redis.call('INCR', P .. ':tokens')
+  redis.call('LPUSH', P .. '.' .. queue, token_message(id, queue, limit))
 end
 
 -- One more pending request in `queue`: remember the stage's hard time limit (the sender's view of
