@@ -164,7 +164,8 @@ def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitte
     return calls
 
 
-_REQUEST, _GROUP = "\0request", "\0group"  # stand-ins no real id or group holds (ids are printable)
+# stand-ins for the id and group in a path's template, found nowhere else in it (batch ids and stage names hold no NUL)
+_REQUEST, _GROUP = "\0request", "\0group"
 
 
 def _json_string(value: str | None) -> str:
