@@ -4,6 +4,7 @@ the evaluation's prediction for the same trace, knobs and start-up time (issue 4
 
     python bench/fidelity.py [--trace demo] [--tasks 2] [--batches 5] [--speed 20] [--json] \
         [--worker-startup-delay-s 1.5]
+    python -m tests.support.loopback_ns python bench/fidelity.py --backend ray [--ray-address ADDR] [--json]
 
 `--worker-startup-delay-s` gives every worker an artificial cold start of that many real seconds
 (FARM_WORKER_STARTUP_DELAY_S; 1.5 s at speed 20 is 30 s of trace time, a container's or a GPU worker's):
@@ -51,8 +52,14 @@ def main(argv=None) -> int:
                     help="have the workers send Celery task events (for a Flower; the demo runs none)")
     ap.add_argument("--worker-startup-delay-s", type=float, default=0.0,
                     help="real seconds every worker waits before it starts (an artificial cold start)")
+    ap.add_argument("--backend", choices=["local", "ray"], default="local",
+                    help="ray: the workers as actors of a Ray cluster (run under tests.support.loopback_ns "
+                         "without --ray-address: a cluster of a head and 3 nodes is started here)")
+    ap.add_argument("--ray-address", default=None, help="ray backend: a running cluster")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.ray_address and args.backend != "ray":
+        ap.error("--ray-address is an option of --backend ray")
     if not 0 <= args.worker_startup_delay_s < float("inf"):
         ap.error("--worker-startup-delay-s must be a finite number of seconds >= 0")
     if args.worker_startup_delay_s > 0:  # the daemon, its local backend and their workers inherit it
@@ -66,12 +73,25 @@ def main(argv=None) -> int:
         report["predicted_plain"] = rp.predict(trace, Knobs.from_dict(report["knobs"]), plain)
         return report
 
-    report, _ = run_demo(replayer=replayer, speed=args.speed, trace_spec=args.trace, tasks=rp.parse_tasks(args.tasks),
-                         batches=args.batches, max_workers=args.max_workers, startup_s=args.startup_s, png=False,
-                         worker_nice=args.worker_nice, worker_events=args.worker_events,
-                         say=lambda msg: print(msg, file=sys.stderr))
+    cluster, options = None, {}
+    if args.backend == "ray":
+        if args.ray_address is None:  # a head, a GPU node and two CPU nodes on this machine
+            from tests.support.ray_cluster import LocalCluster
+
+            cluster = LocalCluster()
+            cluster.add_node(num_cpus=4)
+        options = {"address": args.ray_address or cluster.address}
+    try:
+        report, _ = run_demo(replayer=replayer, speed=args.speed, trace_spec=args.trace,
+                             tasks=rp.parse_tasks(args.tasks), batches=args.batches, max_workers=args.max_workers,
+                             startup_s=args.startup_s, png=False, worker_nice=args.worker_nice,
+                             worker_events=args.worker_events, backend=args.backend, backend_options=options,
+                             say=lambda msg: print(msg, file=sys.stderr))
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
     out = {
-        "trace": args.trace, "tasks": args.tasks, "batches": args.batches, "speed": args.speed,
+        "trace": args.trace, "tasks": args.tasks, "batches": args.batches, "speed": args.speed, "backend": args.backend,
         "worker_nice": args.worker_nice, "worker_events": args.worker_events,
         "worker_startup_delay_s": args.worker_startup_delay_s,
         "wall_s": round(time.time() - started, 1),

@@ -4,9 +4,10 @@ For each backend, `--runs` times: a request waits in an empty stage, one worker 
 stage, and the latency is the request's start on that worker minus the moment `spawn` was called
 (what a trainer feels when the planner scales up). `ready_s` is when the worker said `worker_ready`.
 The worker is retired (warm) before the next run. Prints one JSON object; targets: p50 <= 3 s local,
-<= 5 s docker.
+<= 5 s docker, <= 3 s ray (a warm cluster: its nodes up, the actor's worker process still to start).
 
     python bench/scaleup.py [--runs 5] [--backends local,docker] [--redis-url redis://127.0.0.1:6379/0]
+    python -m tests.support.loopback_ns python bench/scaleup.py --backends local,ray [--ray-address ADDR]
 
 The docker backend runs the local test image (tests/support/docker_image.py), so it needs an engine
 (docker/ci-engine.sh) and measures the engine's container start plus the same worker start-up.
@@ -30,10 +31,11 @@ sys.path.insert(0, str(ROOT))
 from farm.config import Settings  # noqa: E402
 
 STAGE = "synthetic.compile"
-TARGETS_S = {"local": 3.0, "docker": 5.0}
+TARGETS_S = {"local": 3.0, "docker": 5.0, "ray": 3.0}
+_CLUSTER: list = []  # the ray backend's cluster, when this script started one
 
 
-def make_backend(kind: str, settings: Settings):
+def make_backend(kind: str, settings: Settings, ray_address: str | None = None):
     if kind == "local":
         from planner.backends.local import LocalBackend
 
@@ -44,7 +46,16 @@ def make_backend(kind: str, settings: Settings):
         from tests.support.docker_image import backend_options
 
         return DockerBackend(settings, limits={"cpu": Limits(cpus=1.0, memory="512m")}, **backend_options(docker.from_env()))
-    raise SystemExit(f"unknown backend {kind!r}; use local or docker")
+    if kind == "ray":
+        from planner.backends.ray import RayBackend
+
+        if ray_address is None:  # a 3-node cluster here (run under tests.support.loopback_ns), warm before timing
+            from tests.support.ray_cluster import LocalCluster
+
+            _CLUSTER.append(LocalCluster())
+            ray_address = _CLUSTER[-1].address
+        return RayBackend(settings, address=ray_address)
+    raise SystemExit(f"unknown backend {kind!r}; use local, docker or ray")
 
 
 def one_run(backend, client, i: int) -> dict:
@@ -94,6 +105,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backends", default="local,docker")
     parser.add_argument("--redis-url", default=os.environ.get("FARM_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--ray-address", default=None,
+                        help="ray backend: a running cluster (default: start a 3-node one here; run the script "
+                             "under `python -m tests.support.loopback_ns`)")
     args = parser.parse_args()
     if args.runs < 1:
         raise SystemExit("--runs must be at least 1")
@@ -107,7 +121,7 @@ def main() -> None:
         namespace = f"bench{uuid.uuid4().hex[:8]}"
         settings = Settings(redis_url=args.redis_url, namespace=namespace, lease_s=5.0,
                             data_dir=tempfile.mkdtemp(prefix="farm-scaleup-"))
-        backend = make_backend(kind, settings)
+        backend = make_backend(kind, settings, args.ray_address)
         client = RewardClient(settings)
         try:
             runs = [one_run(backend, client, i) for i in range(args.runs)]
@@ -123,6 +137,8 @@ def main() -> None:
             for key in r.scan_iter(match=f"{namespace}*", count=1000):
                 r.delete(key)
             r.close()
+    for cluster in _CLUSTER:
+        cluster.shutdown()
     print(json.dumps(out, indent=2))
 
 

@@ -22,7 +22,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     # one per visited stage: queued (entered the stage's queue), started, finished, status, worker
     "stage_done": ("batch", "request", "stage", "queued_at", "started_at", "finished_at", "status", "worker"),
     "request_done": ("batch", "request", "status", "reward", "outcome", "finished_at", "message"),
-    "worker_spawned": ("worker", "stage", "backend", "at"),
+    "worker_spawned": ("worker", "stage", "backend", "at"),  # and "pending": true when it waits for room
+    "worker_placed": ("worker", "stage", "at"),  # a pending worker got its machine: allocated from here on
     "worker_ready": ("worker", "stage", "at"),
     "worker_retired": ("worker", "stage", "at"),
 }

@@ -60,3 +60,14 @@ def postgres_url():
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A 3-node Ray cluster on this machine (tests.support.ray_cluster), shared by the session's ray tests."""
+    from tests.support.ray_cluster import LocalCluster, require_namespace
+
+    require_namespace()
+    cluster = LocalCluster()
+    yield cluster
+    cluster.shutdown()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from sqlalchemy import select
@@ -116,24 +116,28 @@ def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | Non
              max_workers: int = DEMO_MAX_WORKERS, startup_s: float | None = None, trace_spec: str = DEMO_TRACE,
              tasks: Sequence[str] | int | None = None, batches: int | None = None, png: bool = True,
              replayer: Callable[..., dict[str, Any]] | None = None, say: Callable[[str], None] = print,
-             worker_nice: int = DEMO_WORKER_NICE, worker_events: bool = False) -> tuple[dict[str, Any], Path | None]:
+             worker_nice: int = DEMO_WORKER_NICE, worker_events: bool = False, backend: str = "local",
+             backend_options: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Path | None]:
     """Run the demo (by default the bundled demo trace, whole); returns the report and the PNG's path.
 
-    The demo's farm runs no Flower, so its workers send no Celery task events unless `worker_events`."""
+    The demo's farm runs no Flower, so its workers send no Celery task events unless `worker_events`.
+    `backend` "ray" (with `backend_options={"address": ...}`) puts the workers on a Ray cluster."""
     data_dir = data_dir or tempfile.mkdtemp(prefix="farm-demo-")
     out = Path(out) if out else Path(data_dir)
-    startup = STARTUP_S["local"] if startup_s is None else startup_s
+    startup = STARTUP_S[backend] if startup_s is None else startup_s
+    backend_args = ["--ray-address", str(backend_options["address"])] if (backend_options or {}).get("address") else []
     trace = rp.select(tracefile.read(tracefile.resolve(trace_spec)), tasks, batches)
     options = rp.ReplayOptions(speed=speed, startup_s=startup)
     queues = registry.get(options.pipeline).queues
     say(f"starting an embedded farm in {data_dir} (Redis, SQLite history, recorder, planner, local workers)")
     # A short lease: a killed worker's request is back in its queue within seconds of the trace's scale.
     settings = Settings(data_dir=data_dir, namespace="demo", lease_s=DEMO_LEASE_S)
-    with EmbeddedFarm(settings=settings, workers_per_stage=0) as farm:
+    with EmbeddedFarm(settings=settings, workers_per_stage=0, backend_kind=backend,
+                      backend_options=dict(backend_options or {})) as farm:
         redis = farm._redis()
         store = KnobStore(farm.engine, redis, farm.settings.namespace)
         store.save(demo_knobs(store.load(), queues, max_workers))
-        with DaemonProcess(farm.settings, ["--backend", "local", "--startup-s", str(startup)],
+        with DaemonProcess(farm.settings, ["--backend", backend, *backend_args, "--startup-s", str(startup)],
                            env={"FARM_WORKER_NICE": str(worker_nice),
                                 "FARM_WORKER_EVENTS": "1" if worker_events else "0"}) as daemon:
             daemon.wait_ready(redis, farm.settings.namespace)

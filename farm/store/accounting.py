@@ -30,6 +30,7 @@ class WorkerLife:
     spawned_at: float
     ready_at: float | None
     retired_at: float | None
+    placed_at: float | None = None  # None: pending all its life (a cluster with no room), never allocated
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class StageUsage:
     stage: str  # queue, "<pipeline>.<stage>"
     resource: str  # cpu | gpu | io, or "unknown" for a pipeline this process cannot load
     cost: float
-    allocated_s: float  # integral of the workers that exist (starting, idle or busy)
+    allocated_s: float  # integral of the workers placed on a machine (starting, idle or busy; not pending)
     busy_s: float  # sum of s_ij run in the window, the physical floor
 
     @property
@@ -65,16 +66,18 @@ def worker_lives(engine: Engine, start: float | None = None, end: float | None =
         query = query.where(Worker.stage == stage)
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(Worker.spawned_at, Worker.id)).all()
-    return [WorkerLife(w.name, w.stage, w.backend, w.spawned_at, w.ready_at, w.retired_at) for w in rows]
+    return [WorkerLife(w.name, w.stage, w.backend, w.spawned_at, w.ready_at, w.retired_at, w.placed_at) for w in rows]
 
 
 def allocated_seconds(engine: Engine, start: float | None = None, end: float | None = None) -> dict[str, float]:
-    """Per stage, the integral over the window of the number of workers that exist (spawned, not retired)."""
+    """Per stage, the integral over the window of the number of workers that hold a machine's resources
+    (placed, not retired): a worker pending for room costs nothing until it is placed."""
     lo, hi = _window(start, end)
     out: dict[str, float] = {}
     for life in worker_lives(engine, start, end):
         until = hi if life.retired_at is None else min(hi, life.retired_at)
-        out[life.stage] = out.get(life.stage, 0.0) + max(0.0, until - max(lo, life.spawned_at))
+        since = life.placed_at
+        out[life.stage] = out.get(life.stage, 0.0) + (0.0 if since is None else max(0.0, until - max(lo, since)))
     return out
 
 

@@ -92,6 +92,8 @@ def clean(event: Any) -> dict[str, Any]:
             out[name] = value
         else:
             out[name] = value
+    if kind == "worker_spawned" and event.get("pending") is True:  # optional: waits for room, placed later
+        out["pending"] = True
     return out
 
 
@@ -176,7 +178,7 @@ def apply_events(conn: Connection, events: list[dict[str, Any]]) -> None:
         elif kind == "stage_done":
             stages[(e["batch"], e["request"], e["stage"])] = {
                 k: e[k] for k in ("queued_at", "started_at", "finished_at", "status", "worker")}
-        else:  # worker_spawned / worker_ready / worker_retired: a life's sequence matters, keep the order
+        else:  # worker_spawned / _placed / _ready / _retired: a life's sequence matters, keep the order
             workers.append(e)
 
     touched = set(batches) | {b for b, _ in requests} | {b for b, _, _ in stages}
@@ -213,17 +215,21 @@ def _apply_worker(conn: Connection, e: dict[str, Any]) -> None:
         .order_by(Worker.spawned_at.desc()).limit(1)
     ).first()
     if e["kind"] == "worker_spawned":
+        # placed at once, unless the backend says it waits for room (then `worker_placed` places it)
+        placed = {} if e.get("pending") else {"placed_at": func.coalesce(table.c.placed_at, at)}
         if open_life is not None and at <= open_life.spawned_at + SAME_LIFE_S:
             # the same life announced again (or after its ready): keep the earliest spawn time
             conn.execute(update(table).where(table.c.id == open_life.id).values(
-                spawned_at=min(at, open_life.spawned_at), backend=func.coalesce(table.c.backend, e["backend"])))
+                spawned_at=min(at, open_life.spawned_at), backend=func.coalesce(table.c.backend, e["backend"]),
+                **placed))
             return
         if open_life is not None:  # a new life of that name: the old one cannot outlive it
             conn.execute(update(table).where(table.c.id == open_life.id).values(retired_at=at))
-        stmt = _insert(conn, Worker).values(name=name, stage=e["stage"], backend=e["backend"], spawned_at=at)
+        stmt = _insert(conn, Worker).values(name=name, stage=e["stage"], backend=e["backend"], spawned_at=at,
+                                            placed_at=None if e.get("pending") else at)
         conn.execute(stmt.on_conflict_do_nothing(index_elements=["name", "spawned_at"]))
         return
-    column = "ready_at" if e["kind"] == "worker_ready" else "retired_at"
+    column = {"worker_ready": "ready_at", "worker_placed": "placed_at"}.get(e["kind"], "retired_at")
     if open_life is not None and at >= open_life.spawned_at - SAME_LIFE_S:
         life = open_life.id
     else:  # a late or repeated event of a life already over: the latest one spawned by then
@@ -232,8 +238,11 @@ def _apply_worker(conn: Connection, e: dict[str, Any]) -> None:
             .order_by(Worker.spawned_at.desc()).limit(1)
         ).scalar()
     if life is None:  # a worker the recorder never saw spawn (started by hand): its life starts here
-        stmt = _insert(conn, Worker).values(name=name, stage=e["stage"], spawned_at=at, **{column: at})
+        stmt = _insert(conn, Worker).values(name=name, stage=e["stage"], spawned_at=at, **{"placed_at": at, column: at})
         conn.execute(stmt.on_conflict_do_update(index_elements=["name", "spawned_at"], set_={column: at}))
+    elif column == "ready_at":  # a worker taking requests is on a machine, whatever event was lost
+        conn.execute(update(table).where(table.c.id == life).values(
+            ready_at=at, placed_at=func.coalesce(table.c.placed_at, at)))
     else:
         conn.execute(update(table).where(table.c.id == life).values({column: at}))
 

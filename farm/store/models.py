@@ -95,7 +95,8 @@ class RequestStage(Base):
 
 
 class Worker(Base):
-    """One life of a stage worker: spawned (asked for), ready (taking requests), retired (gone)."""
+    """One life of a stage worker: spawned (asked for), placed (on a machine), ready (taking requests),
+    retired (gone). Backends that place at once (local, docker) place at spawn."""
 
     __tablename__ = "workers"
 
@@ -104,6 +105,8 @@ class Worker(Base):
     stage: Mapped[str] = mapped_column(String(130))
     backend: Mapped[str | None] = mapped_column(String(32))
     spawned_at: Mapped[float] = mapped_column(Double)
+    # on a machine, holding its resources (allocated from here); None: still pending, or never placed
+    placed_at: Mapped[float | None] = mapped_column(Double)
     ready_at: Mapped[float | None] = mapped_column(Double)
     retired_at: Mapped[float | None] = mapped_column(Double)
 

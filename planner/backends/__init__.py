@@ -1,4 +1,4 @@
-"""Backends: where stage workers live (local processes, Docker containers; Kubernetes later).
+"""Backends: where stage workers live (local processes, Docker containers, Ray actors across a cluster).
 
 One small interface, one module per backend. The daemon owns the policy and asks a backend only three
 things: which workers exist (`list`), to start some for a stage (`spawn`), and to let given ones go
@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Iterable
 
 
 class WorkerState(str, Enum):
+    PENDING = "pending"  # asked for, waiting for a machine with room (a cluster's scheduler or autoscaler)
     STARTING = "starting"  # spawned, not yet taking requests
     RUNNING = "running"  # consuming its stage's queue
     STOPPING = "stopping"  # asked to leave; finishing its current request
@@ -46,10 +47,13 @@ class Worker:
     ref: str = ""  # the backend's own handle: a pid, a container id, a pod name
     ready_at: float | None = None
     stopping_since: float | None = None
+    node: str = ""  # the machine it runs on, where the backend spans several ("" where it does not say)
 
     @property
     def alive(self) -> bool:
-        """Counts toward the pool (starting or running); a stopping worker no longer does."""
+        """Counts toward the pool (pending, starting or running); a stopping worker no longer does.
+
+        A pending worker counts so that a pool waiting for room is not asked for again and again."""
         return self.state is not WorkerState.STOPPING
 
 
@@ -99,6 +103,7 @@ KINDS = {
     "local": "planner.backends.local:LocalBackend",
     "docker": "planner.backends.docker:DockerBackend",
     "fake": "planner.backends.fake:FakeBackend",
+    "ray": "planner.backends.ray:RayBackend",
 }
 
 

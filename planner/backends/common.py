@@ -99,8 +99,13 @@ class Lives:
         self._pending: list[dict[str, str]] = []
         self._lock = threading.Lock()
 
-    def spawned(self, worker: str, stage: str, at: float) -> None:
-        self._emit(events.encode("worker_spawned", worker=worker, stage=stage, backend=self._backend, at=at))
+    def spawned(self, worker: str, stage: str, at: float, *, placed: bool = True) -> None:
+        """`placed=False`: asked for, not yet on a machine (pending); `placed` follows when it is."""
+        extra = {} if placed else {"pending": True}
+        self._emit(events.encode("worker_spawned", worker=worker, stage=stage, backend=self._backend, at=at, **extra))
+
+    def placed(self, worker: str, stage: str, at: float) -> None:
+        self._emit(events.encode("worker_placed", worker=worker, stage=stage, at=at))
 
     def retired(self, worker: str, stage: str, at: float) -> None:
         self._emit(events.encode("worker_retired", worker=worker, stage=stage, at=at))

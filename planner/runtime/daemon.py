@@ -97,6 +97,7 @@ class Daemon:
         self.monotonic = monotonic
         self.instance = uuid.uuid4().hex[:6]
         self._recorded: dict[str, dict[str, int]] = {}  # per pipeline, the pools of its last recorded decision
+        self.workers: list[Any] = []  # what the backend listed at the last epoch (`farm status` shows it)
 
     def start(self) -> Any:
         """Adopt what runs (no orphans, no duplicates) before the first decision."""
@@ -107,6 +108,7 @@ class Daemon:
         knobs = self.knobs()
         now = self.clock()
         workers = list(self.backend.list())
+        self.workers = workers
         views = self.view.read(now, knobs, workers)
         records = []
         for view in views:

@@ -268,14 +268,20 @@ STARTUP_MIN_SAMPLES = 3
 
 
 def startup_rows(engine: Any, since: float, backend: str | None = None) -> list[tuple[str | None, str, float]]:
-    """(backend, stage, seconds from spawn to ready) of the workers spawned since `since` that became ready."""
-    query = select(Worker.backend, Worker.stage, Worker.spawned_at, Worker.ready_at).where(
+    """(backend, stage, seconds from placement to ready) of the workers spawned since `since` that became
+    ready. From placement, not spawn: time spent waiting for a cluster's room is not start-up."""
+    query = select(Worker.backend, Worker.stage, Worker.spawned_at, Worker.placed_at, Worker.ready_at).where(
         Worker.spawned_at >= since, Worker.ready_at.is_not(None))
     if backend is not None:
         query = query.where(Worker.backend == backend)
     with engine.connect() as conn:
         rows = conn.execute(query).all()
-    return [(r.backend, r.stage, r.ready_at - r.spawned_at) for r in rows if r.ready_at >= r.spawned_at]
+    out = []
+    for r in rows:
+        start = r.spawned_at if r.placed_at is None else r.placed_at
+        if r.ready_at >= start:
+            out.append((r.backend, r.stage, r.ready_at - start))
+    return out
 
 
 def observed_startups(engine: Any, since: float, backend: str | None = None) -> dict[str, StartupStats]:

@@ -32,8 +32,9 @@ log = logging.getLogger("farm.planner")
 # How long a new worker takes to take requests, per backend, until the workers' own lives show it
 # (planner.runtime.live reads the observed median and plans with the longer of the two); the policy starts
 # workers this much ahead of need. local: a worker forked by the launcher is ready in 0.2-0.6 s on an
-# idle 2-core machine, a burst of 24 in 1.5-2.5 s (bench/fidelity.py's runs); docker: a container start.
-STARTUP_S = {"local": 1.0, "docker": 5.0, "fake": 0.0}
+# idle 2-core machine, a burst of 24 in 1.5-2.5 s (bench/fidelity.py's runs); docker: a container start;
+# ray: an actor's worker process on a warm node, then `farm worker` exec'd (1-1.6 s on a warm local cluster).
+STARTUP_S = {"local": 1.0, "docker": 5.0, "ray": 2.0, "fake": 0.0}
 
 
 def heartbeat_key(namespace: str) -> str:
@@ -63,6 +64,19 @@ class Planner:
                 closer()
             except Exception:
                 log.warning("closing %s failed", closer, exc_info=True)
+
+
+def pool_report(workers: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Per stage, the backend's workers by state, and where they run (node -> workers in the pool)."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in workers:
+        pool = out.setdefault(w.stage, {"pending": 0, "starting": 0, "running": 0, "stopping": 0, "nodes": {}})
+        state = getattr(w.state, "value", w.state)
+        pool[state] = pool.get(state, 0) + 1
+        node = getattr(w, "node", "")
+        if node and w.alive and state != "pending":
+            pool["nodes"][node] = pool["nodes"].get(node, 0) + 1
+    return out
 
 
 def build(settings: Settings, *, backend: str | Any = "local", database_url: str | None = None,
@@ -100,7 +114,8 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
         startups = {q: {"count": st.count, "median_s": st.median_s, "plan_s": st.plan_s, "max_s": st.max_s}
                     for q, st in view.startups(now).items()}  # `farm status` shows them
         client.set(heartbeat, json.dumps({"pid": os.getpid(), "at": now, "backend": kind, "decisions": len(records),
-                                          "startup_s": view.startup_s, "startups": startups}),
+                                          "startup_s": view.startup_s, "startups": startups,
+                                          "pools": pool_report(daemon.workers)}),
                    px=int(max(3 * tick, 5.0) * 1000))
 
     daemon = Daemon(view=view, backend=backend, decide=decide, knobs=knobs,

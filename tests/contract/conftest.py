@@ -2,7 +2,8 @@
 read the worker lives it recorded, crash a worker behind its back, and clean up.
 
 The docker backend needs an engine (`docker/ci-engine.sh`); without one its tests are skipped, unless
-FARM_REQUIRE_DOCKER=1 (CI) makes that a failure."""
+FARM_REQUIRE_DOCKER=1 (CI) makes that a failure. The ray backend runs on a 3-node cluster on this machine,
+inside a loopback-only network namespace (`-m ray` under tests.support.loopback_ns; FARM_REQUIRE_RAY=1 in CI)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from farm import events
 from planner.backends import Backend, Worker
 from tests.support.waiting import eventually
 
-REAL = ("local", "docker")
+REAL = ("local", "docker", "ray")
 
 
 class Harness:
@@ -37,6 +38,8 @@ class Harness:
             from tests.support.docker_image import backend_options
 
             self.options = backend_options(self._docker)
+        elif kind == "ray":
+            self.options = {"address": request.getfixturevalue("ray_cluster").address}
         request.addfinalizer(self.cleanup)
 
     def make(self, **options: Any) -> Backend:
@@ -49,6 +52,10 @@ class Harness:
             from planner.backends.local import LocalBackend
 
             backend = LocalBackend(self.settings, **options)
+        elif self.kind == "ray":
+            from planner.backends.ray import RayBackend
+
+            backend = RayBackend(self.settings, **{**self.options, **options})
         else:
             from planner.backends.docker import DockerBackend, Limits
 
@@ -76,6 +83,8 @@ class Harness:
             self.world.crash(worker.name)
         elif self.kind == "local":
             os.kill(int(worker.ref), signal.SIGKILL)
+        elif self.kind == "ray":
+            ray_kill(self.settings.namespace, worker.name)
         else:
             self._docker.api.kill(worker.ref)
 
@@ -91,12 +100,32 @@ class Harness:
                 except ProcessLookupError:
                     pass
             eventually(lambda: not backend.list(), 10.0, what="killed local workers to be gone")
+        elif self.kind == "ray":
+            backend = self.backends[0] if self.backends else None
+            for w in backend.list() if backend is not None else []:
+                ray_kill(self.settings.namespace, w.name)
+            if backend is not None:
+                eventually(lambda: not backend.list(), 30.0, what="killed ray workers to be gone")
         elif self.kind == "docker":
             label = f"farm.namespace={self.settings.namespace}"
             for c in self._docker.api.containers(all=True, filters={"label": label}):
                 self._docker.api.remove_container(c["Id"], force=True)
         for backend in self.backends:
             backend.close()
+
+
+def ray_kill(namespace: str, name: str) -> None:
+    """The worker's actor dies (its worker with it), as when Ray or a node loses it."""
+    import ray
+
+    from planner.backends.ray_spec import ray_namespace
+    from tests.support.ray_cluster import connected
+
+    connected()
+    try:
+        ray.kill(ray.get_actor(name, namespace=ray_namespace(namespace)), no_restart=True)
+    except ValueError:
+        pass  # gone already
 
 
 def docker_client():
@@ -112,7 +141,8 @@ def docker_client():
         pytest.skip(f"no Docker engine answers ({exc}); docker/ci-engine.sh starts one")
 
 
-@pytest.fixture(params=["fake", "local", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.fixture(params=["fake", "local", pytest.param("docker", marks=pytest.mark.docker),
+                        pytest.param("ray", marks=pytest.mark.ray)])
 def harness(request, settings) -> Harness:
     return Harness(request.param, settings, request)
 

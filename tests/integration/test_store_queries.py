@@ -82,6 +82,32 @@ def test_allocated_seconds_integrate_the_workers_that_exist_over_the_window(engi
     assert [w.name for w in accounting.worker_lives(engine, 100.0, 200.0)] == ["c1", "c2"]
 
 
+def test_a_pending_worker_is_allocated_only_from_its_placement_and_one_never_placed_not_at_all(engine, record):
+    record.emit("worker_spawned", worker="g1", stage="synthetic.execute", backend="ray", at=100.0, pending=True)
+    record.emit("worker_placed", worker="g1", stage="synthetic.execute", at=130.0)
+    record.emit("worker_ready", worker="g1", stage="synthetic.execute", at=132.0)
+    record.emit("worker_retired", worker="g1", stage="synthetic.execute", at=150.0)
+    record.emit("worker_spawned", worker="g2", stage="synthetic.execute", backend="ray", at=100.0, pending=True)
+    record.emit("worker_retired", worker="g2", stage="synthetic.execute", at=180.0)  # room never came
+    record()
+
+    assert accounting.allocated_seconds(engine, 0.0, 200.0) == pytest.approx({"synthetic.execute": 20.0})
+    lives = {w.name: w for w in accounting.worker_lives(engine, 0.0, 200.0)}
+    assert (lives["g1"].placed_at, lives["g2"].placed_at) == (130.0, None)
+    assert lives["g2"].retired_at == 180.0
+
+
+def test_a_pending_workers_start_up_counts_from_its_placement(engine, record):
+    from planner.runtime.live import startup_rows
+
+    record.emit("worker_spawned", worker="g1", stage="synthetic.execute", backend="ray", at=1000.0, pending=True)
+    record.emit("worker_placed", worker="g1", stage="synthetic.execute", at=1040.0)
+    record.emit("worker_ready", worker="g1", stage="synthetic.execute", at=1042.5)
+    record()
+
+    assert startup_rows(engine, since=900.0) == [("ray", "synthetic.execute", pytest.approx(2.5))]
+
+
 def test_start_ups_are_read_per_backend_and_stage_from_the_worker_lives(engine, record):
     from planner.runtime.live import observed_startups
 

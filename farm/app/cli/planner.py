@@ -8,12 +8,13 @@ import click
 
 from farm.config import from_env
 from farm.store.engine import StoreError
+from planner.backends import BackendError
 from planner.runtime import service
 
 
 @click.command()
-@click.option("--backend", type=click.Choice(["local", "docker"]), default="local", show_default=True,
-              help="Where workers live: processes on this machine, or Docker containers.")
+@click.option("--backend", type=click.Choice(["local", "docker", "ray"]), default="local", show_default=True,
+              help="Where workers live: processes on this machine, Docker containers, or Ray actors on a cluster.")
 @click.option("--pipeline", "pipelines", multiple=True,
               help="Size only this pipeline's pools (repeatable; default: every pipeline the farm has seen).")
 @click.option("--startup-s", type=click.FloatRange(min=0), default=None,
@@ -22,6 +23,9 @@ from planner.runtime import service
 @click.option("--image", default=None, help="docker backend: the worker image of CPU and I/O stages.")
 @click.option("--gpu-image", default=None, help="docker backend: the worker image of GPU stages (CUDA base).")
 @click.option("--network", default=None, help="docker backend: the network the workers join.")
+@click.option("--ray-address", default=None,
+              help="ray backend: the cluster, HOST:PORT or ray://HOST:PORT (default: FARM_RAY_ADDRESS, else "
+                   "RAY_ADDRESS, else a cluster running on this machine, else a head of its own).")
 @click.option("--database-url", envvar="FARM_DATABASE_URL", default=None,
               help="The history store (default: FARM_DATABASE_URL, else the embedded SQLite file).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the policy's sampling.")
@@ -31,8 +35,8 @@ from planner.runtime import service
 @click.option("--once", is_flag=True, help="Reconcile, make one decision and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision.")
 def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, image: str | None,
-            gpu_image: str | None, network: str | None, database_url: str | None, seed: int, cold_workers: int, once: bool,
-            verbose: bool) -> None:
+            gpu_image: str | None, network: str | None, ray_address: str | None, database_url: str | None, seed: int,
+            cold_workers: int, once: bool, verbose: bool) -> None:
     """Run the planner daemon: wakes when a batch opens or completes and every `tick_s`, decides the
     workers per stage with the knobs' policy, and spawns or retires workers through the backend."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -41,11 +45,15 @@ def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, i
     if options and backend != "docker":
         raise click.UsageError("--image, --gpu-image and --network are options of the docker backend "
                                "(also read from FARM_DOCKER_* variables)")
+    if ray_address is not None:
+        if backend != "ray":
+            raise click.UsageError("--ray-address is an option of the ray backend (also read from FARM_RAY_ADDRESS)")
+        options["address"] = ray_address
     try:
         built = service.build(from_env(), backend=backend, database_url=database_url, pipelines=pipelines or None,
                               startup_s=startup_s, seed=seed, cold_workers=cold_workers,
                               backend_options=options)
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError, BackendError) as exc:
         raise click.ClickException(str(exc)) from exc
     try:
         service.run(built, once=once)

@@ -1,5 +1,5 @@
-"""`farm status`: per stage queued / running / workers and the start-up its workers take, per active batch
-progress n/B and estimated T. Start-ups come from the planner daemon's heartbeat (it reads them from the
+"""`farm status`: per stage queued / running / workers (starting, pending, per node) and the start-up its
+workers take, per active batch progress n/B and estimated T. Start-ups come from the planner daemon's heartbeat (it reads them from the
 worker lives in the store): with no daemon running there is none to show."""
 
 from __future__ import annotations
@@ -21,23 +21,30 @@ from planner.runtime.service import planner_alive
 def status_report(live, knobs, planner: dict | None = None) -> dict:
     """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
     startups = (planner or {}).get("startups") or {}
+    pools = (planner or {}).get("pools") or {}
+    stages = {}
+    for q in sorted(set(live.stages) | set(pools)):
+        st = live.stages.get(q)
+        pool = pools.get(q) or {}
+        stages[q] = {
+            "queued": len(st.pending) if st else 0,
+            "running": len(st.running) if st else 0,
+            "workers": sum(1 for w in st.workers if w.alive) if st else 0,
+            "idle": sum(1 for w in st.workers if w.alive and w.idle) if st else 0,
+            # the daemon's backend: workers waiting for a machine with room (not allocated), starting ones
+            "pending": pool.get("pending", 0),
+            "starting": pool.get("starting", 0),
+            "nodes": pool.get("nodes", {}),  # node -> the pool's workers there (backends that span machines)
+            # seconds from placement to ready of the daemon's backend's recent workers (None: too few seen)
+            "startup": startups.get(q),
+        }
     return {
         "now": live.now,
         "planner": planner,
         "scheduler": live.scheduler,
         "delay_s": knobs.delay_s,
         "policy": knobs.policy,
-        "stages": {
-            q: {
-                "queued": len(st.pending),
-                "running": len(st.running),
-                "workers": sum(1 for w in st.workers if w.alive),
-                "idle": sum(1 for w in st.workers if w.alive and w.idle),
-                # seconds from spawn to ready of the daemon's backend's recent workers (None: too few seen)
-                "startup": startups.get(q),
-            }
-            for q, st in sorted(live.stages.items())
-        },
+        "stages": stages,
         "batches": [
             {
                 "batch": b.batch_id, "task": b.task, "pipeline": b.pipeline, "size": b.size,
@@ -83,11 +90,22 @@ def status(settings, as_json):
     daemon = report["planner"]
     console.print(f"planner daemon: pid {daemon.get('pid')} ({daemon.get('backend')} backend)" if daemon
                   else "planner daemon: none running (pools stay as they are)")
-    stages = Table("stage", "queued", "running", "workers", "idle", "start-up p50 / p90", title="stages")
+    stages = Table("stage", "queued", "running", "workers", "idle", "starting", "pending", "start-up p50 / p90",
+                   title="stages")
     for q, st in report["stages"].items():
         stages.add_row(q, str(st["queued"]), str(st["running"]), str(st["workers"]), str(st["idle"]),
-                       _startup_cell(st["startup"]))
+                       str(st["starting"]), str(st["pending"]), _startup_cell(st["startup"]))
     console.print(stages)
+    if any(st["nodes"] for st in report["stages"].values()):
+        nodes = Table("stage", "node", "workers", title="workers per node")
+        for q, st in report["stages"].items():
+            for node, n in sorted(st["nodes"].items()):
+                nodes.add_row(q, node, str(n))
+        console.print(nodes)
+    pending = {q: st["pending"] for q, st in report["stages"].items() if st["pending"]}
+    if pending:
+        console.print("pending (waiting for a machine with room; not allocated): "
+                      + ", ".join(f"{q} {n}" for q, n in pending.items()))
     batches = Table("batch", "task", "pipeline", "done/B", "arrived", "estimated T", title="active batches")
     for b in report["batches"]:
         batches.add_row(b["batch"], b["task"], b["pipeline"], f"{b['done']}/{b['size']}", str(b["arrived"]),

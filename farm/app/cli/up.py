@@ -15,6 +15,7 @@ from farm.app.embedded import EmbeddedFarm
 from farm.app.leftovers import FarmRunning
 from farm.config import Settings, read_endpoint
 from farm.pipeline import UnknownPipeline
+from planner.backends import BackendError
 
 
 def _stage_counts(pairs: tuple[str, ...]) -> dict[str, int]:
@@ -55,7 +56,12 @@ def how_clients_find_it(settings: Settings) -> str:
 @click.option("--flower-port", type=click.IntRange(0, 65535), default=5555, show_default=True, help="0: no Flower.")
 @click.option("--planner/--no-planner", default=False, show_default=True,
               help="Let the planner daemon size the pools instead of fixed workers.")
-def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, planner):
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where workers live: processes on this machine, or Ray actors.")
+@click.option("--ray-address", default=None,
+              help="ray backend: the cluster, HOST:PORT or ray://HOST:PORT (default: a cluster running on this "
+                   "machine, else a head of its own that stops with the farm).")
+def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, planner, backend, ray_address):
     """Run a farm: embedded Redis and SQLite history unless URLs are given, local stage workers, Flower."""
     other = read_endpoint(settings.data_dir)
     if other:
@@ -66,15 +72,19 @@ def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, plann
             registry.get(name)
     except UnknownPipeline as exc:
         raise click.ClickException(str(exc)) from exc
+    if ray_address is not None and backend != "ray":
+        raise click.UsageError("--ray-address is an option of the ray backend (--backend ray)")
+    options = {"address": ray_address} if ray_address else {}
     farm = EmbeddedFarm(settings, pipelines=pipelines, workers_per_stage=workers_per_stage,
-                        workers=_stage_counts(stage_workers), flower_port=flower_port or None, planner=planner)
+                        workers=_stage_counts(stage_workers), flower_port=flower_port or None, planner=planner,
+                        backend_kind=backend, backend_options=options)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
         with farm:
             _serve(farm, planner, stop)
-    except FarmRunning as exc:  # one starting from the same data dir, not yet published
+    except (FarmRunning, BackendError) as exc:  # one starting from the same data dir; a cluster not there
         raise click.ClickException(str(exc)) from exc
 
 

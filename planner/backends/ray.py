@@ -1,0 +1,267 @@
+"""The ray backend: each worker a detached Ray actor that runs `farm worker` as its child
+(planner.backends.ray_actor says why a child), so a farm's pools span every node of a Ray cluster and
+GPU stages land on GPU nodes.
+
+- Naming: actors are named after their workers in the Ray namespace `reward-farm.<namespace>`, so a
+  restarted daemon re-adopts exactly its own farm's actors, and a retried spawn finds the same names.
+- Resources per stage (planner.backends.ray_spec): by resource kind (a core, one GPU, a quarter of a
+  core), overridden per stage queue, pipeline or kind, with custom resources and node labels to keep a
+  stage on the nodes that can run it, and a `runtime_env` for the nodes that lack the farm's code.
+- Pending: an actor Ray cannot place yet (no node has room) is `pending`. It counts toward its pool (the
+  daemon does not ask again and again) but not as allocated: its life is recorded with `pending`, and
+  allocated only from `worker_placed`. Pending actors are what Ray's autoscaler (KubeRay, cloud node
+  providers) adds nodes for; retiring one frees nothing, so it is killed at once.
+- Node loss: the node's actors die and their workers with them (tethered); the GCS marks the actors dead
+  within seconds, the next `list` closes their lives at the time of death, the farm's leases return their
+  requests, and the next decision spawns replacements where there is room.
+- Records: `<namespace>:ray:lives` (name -> stage, spawned, placed) is written before an actor is asked
+  for, and `<namespace>:ray:stopping` holds the retirements; both live in the farm's Redis, so a
+  restarted daemon closes the lives of actors that died while it was away.
+- Every Ray call goes through one driver process (planner.backends.ray_bridge): a Ray driver exits when
+  it loses the cluster, and the daemon must not; it logs, keeps serving and tries again.
+
+Workers on other nodes reach the farm's Redis and history store with the URLs in the farm's settings,
+so those must name addresses the nodes can reach (docs/ray.md says what the network must allow).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from farm.config import STARTUP_DELAY_ENV, Settings
+from planner.backends import Backend, Worker, WorkerState, common
+from planner.backends.ray_bridge import Bridge
+from planner.backends.ray_spec import Resources, options_from_env, ray_namespace, resources_for
+
+log = logging.getLogger(__name__)
+
+STARTING_KILL_S = 5.0  # a retiring worker that never became ready holds no request: killed this soon
+_UNREGISTERED_GRACE_S = 30.0  # a life recorded this long ago whose actor the cluster never heard of: its spawn died
+
+
+class RayBackend(Backend):
+    kind = "ray"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        address: str | None = None,
+        resources: Mapping[str, Resources] | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        grace_s: float = common.DEFAULT_GRACE_S,
+        timeout_for: Callable[[str], float] | None = None,
+        resource_for: Callable[[str], str] | None = None,
+        startup_delay_s: float = 0.0,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        """`address`: the cluster ("HOST:PORT", "ray://HOST:PORT", "auto"; default FARM_RAY_ADDRESS, else
+        RAY_ADDRESS, else "local": a cluster running on this machine, else a head of our own that ends with
+        this backend); `resources` by stage queue, pipeline or resource kind (over the defaults);
+        `runtime_env` Ray's, for every worker actor; `command` replaces `farm worker` on the nodes; `env`
+        adds to the farm's settings; `startup_delay_s` an artificial cold start (as the local backend's)."""
+        source = os.environ if environ is None else environ
+        from_env = options_from_env(source)
+        self.settings = settings
+        self.namespace = common.check_namespace(settings.namespace)
+        self.address = address or from_env.get("address") or source.get("RAY_ADDRESS", "").strip() or "local"
+        self.resources = {**from_env.get("resources", {}), **(resources or {})}
+        self.runtime_env = dict(runtime_env if runtime_env is not None else from_env.get("runtime_env", {}))
+        self.command = list(command) if command else None
+        self.env = {**common.worker_env(settings), **(env or {})}
+        if not (0 <= float(startup_delay_s) < float("inf")):
+            raise ValueError(f"startup_delay_s must be a finite number of seconds >= 0, not {startup_delay_s!r}")
+        if startup_delay_s > 0:
+            self.env[STARTUP_DELAY_ENV] = repr(float(startup_delay_s))
+        self.grace_s = float(grace_s)
+        self.timeout_for = common.timeout_lookup(timeout_for)
+        self.resource_for = resource_for or common.registry_resource
+        self.ray_namespace = ray_namespace(self.namespace)
+        self._redis = common.redis_for(settings)
+        self._lives = common.Lives(self._redis, self.namespace, self.kind)
+        self._readiness = common.Readiness(self._redis, self.namespace)
+        self._lives_key = f"{self.namespace}:ray:lives"
+        self._stopping_key = f"{self.namespace}:ray:stopping"
+        self._nodes: dict[str, str] = {}  # node id -> "ip/short id"
+        self._lock = threading.RLock()
+        log_path = Path(os.path.expanduser(settings.data_dir)) / "ray" / f"{self.namespace}-driver.log"
+        self._bridge = Bridge(self.address, self.ray_namespace, log_path)
+        try:
+            self._bridge.connect()  # a wrong address fails here, at start, with its reason
+        except Exception:
+            self._redis.close()
+            raise
+
+    # -- the interface --------------------------------------------------------------------------
+
+    def list(self, stage: str | None = None) -> list[Worker]:
+        with self._lock:
+            workers = self._observe()
+            self._lives.flush()
+        return [w for w in workers if stage is None or w.stage == stage]
+
+    def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
+        common.check_stage(stage)
+        common.check_count(n)
+        self.timeout_for(stage)  # an unknown pipeline or stage fails here, before anything starts
+        options = resources_for(stage, self.resource_for(stage), self.resources).options()
+        if self.runtime_env:
+            options["runtime_env"] = self.runtime_env
+        names = common.worker_names(self.namespace, stage, n, request_id)
+        with self._lock:
+            known = self._records()
+            alive = {a["name"] for a in self._actors() if a["state"] != "dead"}
+            for name in [x for x in names if x not in known and x not in alive]:
+                now = time.time()
+                # recorded before it is asked for: a daemon that dies mid-spawn leaves a life to close
+                self._redis.hset(self._lives_key, name, json.dumps({"stage": stage, "spawned_at": now, "placed_at": None}))
+                try:
+                    self._bridge.call("create", name=name, stage=stage, options=options,
+                                      args={"env": self.env, "command": self.command})
+                except Exception:
+                    self._redis.hdel(self._lives_key, name)
+                    raise
+                self._lives.spawned(name, stage, now, placed=False)
+            by_name = {w.name: w for w in self._observe()}
+            self._lives.flush()
+        return [by_name[x] for x in names if x in by_name]
+
+    def retire(self, names: Iterable[str]) -> list[Worker]:
+        wanted = list(dict.fromkeys(names))
+        with self._lock:
+            current = {w.name: w for w in self._observe()}
+            for name in wanted:
+                w = current.get(name)
+                if w is None or w.state is WorkerState.STOPPING:
+                    continue
+                now = time.time()
+                if w.state is WorkerState.PENDING:
+                    wait_s = 0.0  # never placed: it holds nothing, and room may never come
+                elif w.state is WorkerState.STARTING:
+                    wait_s = STARTING_KILL_S
+                else:
+                    wait_s = self.timeout_for(w.stage) + self.grace_s
+                self._redis.hset(self._stopping_key, name, json.dumps({"since": now, "kill_at": now + wait_s}))
+                if w.state is WorkerState.PENDING:
+                    self._bridge.call("kill", name=name)
+                else:
+                    self._bridge.call("retire", name=name, kill_after_s=wait_s,
+                                      starting=w.state is WorkerState.STARTING)
+            by_name = {w.name: w for w in self._observe()}
+            self._lives.flush()
+        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
+
+    def reconcile(self) -> list[Worker]:
+        with self._lock:
+            workers = self._observe()
+            records, stopping = self._records(), self._stopping()
+            now = time.time()
+            for w in workers:
+                self._lives.spawned(w.name, w.stage, w.spawned_at, placed=False)  # the recorder upserts by name
+                placed_at = records.get(w.name, {}).get("placed_at")
+                if placed_at is not None:
+                    self._lives.placed(w.name, w.stage, placed_at)
+                if w.name in stopping and placed_at is not None:
+                    # the actor's own timer holds; asking again is harmless (a retiring actor ignores it)
+                    self._bridge.call("retire", name=w.name, kill_after_s=max(stopping[w.name]["kill_at"] - now, 0.0))
+            self._lives.flush()
+        if workers:
+            log.info("ray backend adopted %d worker actor(s) of namespace %s", len(workers), self.namespace)
+        return workers
+
+    def close(self) -> None:
+        self._bridge.close()
+        self._redis.close()
+
+    @property
+    def cluster_address(self) -> str:
+        """The cluster's GCS address as its driver reports it: what another process passes to join it."""
+        return str(self._bridge.info.get("address") or self.address)
+
+    def nodes(self) -> dict[str, str]:
+        """Node id -> how `farm status` names it ("ip/short id": nodes on one machine share an ip)."""
+        with self._lock:
+            self._refresh_nodes()
+            return dict(self._nodes)
+
+    # -- observing ------------------------------------------------------------------------------
+
+    def _actors(self) -> list[dict[str, Any]]:
+        return self._bridge.call("actors", prefix=self.namespace + ".")
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        return {k.decode(): json.loads(v) for k, v in self._redis.hgetall(self._lives_key).items()}
+
+    def _stopping(self) -> dict[str, dict[str, Any]]:
+        return {k.decode(): json.loads(v) for k, v in self._redis.hgetall(self._stopping_key).items()}
+
+    def _refresh_nodes(self) -> None:
+        for node_id, node in self._bridge.call("nodes").items():
+            self._nodes[node_id] = f"{node['ip']}/{node_id[:8]}"
+
+    def _observe(self) -> list[Worker]:
+        actors: dict[str, dict[str, Any]] = {}
+        for a in self._actors():  # a name dead and alive again (a new life): the live one counts
+            seen = actors.get(a["name"])
+            if seen is None or seen["state"] == "dead":
+                actors[a["name"]] = a
+        records, stopping, now = self._records(), self._stopping(), time.time()
+        for name, a in actors.items():
+            if name not in records and a["state"] != "dead" and name.startswith(self.namespace + "."):
+                # alive in the cluster, unknown to our records (they were lost with a Redis without persistence)
+                stage = ".".join(name.split(".")[1:3])
+                records[name] = {"stage": stage, "spawned_at": a["start"] or now, "placed_at": None}
+                self._redis.hset(self._lives_key, name, json.dumps(records[name]))
+        if any(a["node"] and a["node"] not in self._nodes for a in actors.values()):
+            self._refresh_nodes()
+        found: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for name, record in records.items():
+            a = actors.get(name)
+            if a is None and now - record["spawned_at"] < _UNREGISTERED_GRACE_S:
+                a = {"state": "pending", "node": "", "start": None}  # asked for a moment ago, not registered yet
+            if a is None or a["state"] == "dead":
+                self._gone(name, record, (a or {}).get("end") or now, (a or {}).get("death", ""), name in stopping)
+                continue
+            if a["state"] == "alive" and record.get("placed_at") is None:
+                # Ray's start time: when the actor came alive (its creation on the node, under a second, is
+                # not counted: the GCS table cannot tell it from waiting for room)
+                record["placed_at"] = max(min(a["start"] or now, now), record["spawned_at"])
+                self._redis.hset(self._lives_key, name, json.dumps(record))
+                self._lives.placed(name, record["stage"], record["placed_at"])
+            mark = stopping.get(name)
+            if mark is not None and a["state"] == "alive" and now >= mark["kill_at"] + self.grace_s:
+                log.warning("worker actor %s outlived its stop timeout; killing it", name)
+                self._bridge.call("kill", name=name)
+            found.append((name, record, a))
+        for name in set(stopping) - {f[0] for f in found}:
+            self._redis.hdel(self._stopping_key, name)
+        ready = self._readiness.ready({name: r["stage"] for name, r, a in found if a["state"] == "alive"})
+        workers = []
+        for name, record, a in sorted(found, key=lambda f: (f[1]["spawned_at"], f[0])):
+            mark = stopping.get(name)
+            if mark is not None:
+                state = WorkerState.STOPPING
+            elif a["state"] != "alive":
+                state = WorkerState.PENDING
+            else:
+                state = WorkerState.RUNNING if name in ready else WorkerState.STARTING
+            workers.append(Worker(name, record["stage"], state, record["spawned_at"], self.kind, name,
+                                  ready.get(name), mark["since"] if mark else None,
+                                  node=self._nodes.get(a["node"], a["node"][:8]) if a["state"] == "alive" else ""))
+        return workers
+
+    def _gone(self, name: str, record: dict[str, Any], at: float, death: str, retired: bool) -> None:
+        if not retired:
+            log.warning("worker actor %s ended without being retired: %s", name, death or "gone from the cluster")
+        self._lives.retired(name, record["stage"], at)
+        self._readiness.forget([name])
+        self._redis.hdel(self._lives_key, name)
+        self._redis.hdel(self._stopping_key, name)

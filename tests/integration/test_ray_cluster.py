@@ -1,0 +1,286 @@
+"""The ray backend on a 3-node cluster on this machine (a head with no worker resources, a node with 2
+GPUs, a CPU node), inside a loopback-only network namespace, with real Redis, PostgreSQL (its socket), the
+recorder, the planner daemon and `farm worker` processes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis as redis_lib
+
+from farm.results import Status
+from planner.backends import WorkerState
+from planner.backends.ray_spec import Resources, ray_namespace
+from tests.integration.daemon_support import small_knobs, wait_for
+from tests.support.ray_cluster import connected
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
+
+C, E = "synthetic.compile", "synthetic.execute"
+
+
+def gpu_execute(stage: str) -> str:
+    """Resource kinds for the synthetic pipeline as if its execute stage ran kernels: execute is a GPU stage."""
+    return "gpu" if stage == E else "cpu"
+
+
+@pytest.fixture
+def farm(settings, postgres_url, ray_cluster):
+    """A farm on the cluster: the store migrated, the recorder draining, small knobs published."""
+    from farm.store.engine import make_engine, upgrade
+    from farm.store.knob_store import KnobStore
+    from farm.store.recorder import Recorder
+
+    settings = settings.with_(database_url=postgres_url, lease_s=2.0)
+    upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    client = redis_lib.Redis.from_url(settings.redis_url)
+    KnobStore(engine, client, settings.namespace).save(small_knobs())
+    stop = threading.Event()
+    recorder = Recorder(settings, engine, block_ms=100)
+    thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    backends = []
+
+    def backend(**options):
+        from planner.backends.ray import RayBackend
+
+        made = RayBackend(settings, **{"address": ray_cluster.address, **options})
+        backends.append(made)
+        return made
+
+    yield settings, engine, backend
+    if backends:
+        import ray
+
+        connected()
+        for w in backends[0].list():
+            try:
+                ray.kill(ray.get_actor(w.name, namespace=ray_namespace(settings.namespace)), no_restart=True)
+            except ValueError:
+                pass
+        wait_for(lambda: not backends[0].list(), 30, "the test's worker actors to be gone")
+    for made in backends:
+        made.close()
+    stop.set()
+    thread.join(5)
+    recorder.close()
+    client.close()
+    engine.dispose()
+
+
+def placed(backend, n):
+    return wait_for(lambda: (lambda ws: ws if len(ws) == n and all(w.state is WorkerState.RUNNING for w in ws)
+                             else None)(backend.list()), 60, f"{n} running workers")
+
+
+def test_gpu_stage_workers_land_only_on_the_gpu_node_and_cpu_stage_workers_on_cpu_nodes(farm, ray_cluster):
+    import ray
+
+    settings, _, make = farm
+    backend = make(resource_for=gpu_execute)
+    backend.spawn(E, 2)
+    backend.spawn(C, 2)
+
+    workers = placed(backend, 4)
+
+    gpu_node, cpu_node = ray_cluster.gpu_node.node_id[:8], ray_cluster.cpu_node.node_id[:8]
+    assert {w.node.rsplit("/", 1)[1] for w in workers if w.stage == E} == {gpu_node}
+    assert {w.node.rsplit("/", 1)[1] for w in workers if w.stage == C} == {cpu_node}
+    connected()
+    gpus = [ray.get(ray.get_actor(w.name, namespace=ray_namespace(settings.namespace)).where.remote())["gpus"]
+            for w in workers if w.stage == E]
+    assert sorted(gpus) == ["0", "1"]  # Ray hands each GPU worker its own device
+
+
+def test_more_gpu_workers_than_gpus_leave_the_rest_pending_not_allocated_and_shown(farm):
+    from farm.app.cli.status import status_report
+    from farm.knobs import Knobs
+    from farm.protocol.live import inspect
+    from farm.store.accounting import allocated_seconds, worker_lives
+    from planner.runtime.service import pool_report
+
+    settings, engine, make = farm
+    backend = make(resource_for=gpu_execute)
+    backend.spawn(E, 8)
+
+    def split():
+        workers = backend.list()
+        running = [w for w in workers if w.state is WorkerState.RUNNING]
+        pending = [w for w in workers if w.state is WorkerState.PENDING]
+        return (running, pending) if len(running) == 2 and len(pending) == 6 else None
+
+    running, pending = wait_for(split, 60, "2 running and 6 pending GPU workers")
+    client = redis_lib.Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        live = inspect(client, settings)
+    finally:
+        client.close()
+    report = status_report(live, Knobs(), {"pools": pool_report(backend.list())})
+    assert report["stages"][E]["pending"] == 6
+    assert sum(report["stages"][E]["nodes"].values()) == 2
+    lives = wait_for(lambda: (lambda ls: ls if len(ls) == 8 and sum(x.placed_at is not None for x in ls) == 2 else None)(
+        worker_lives(engine, stage=E)), 30, "8 lives recorded, 2 of them placed")
+    assert {x.name for x in lives if x.placed_at is None} == {w.name for w in pending}
+
+    backend.retire([w.name for w in pending])  # a pending worker holds nothing: it goes at once, not warm
+
+    wait_for(lambda: {w.name for w in backend.list()} == {w.name for w in running}, 30, "the pending workers gone")
+    ended = wait_for(lambda: (lambda ls: ls if sum(x.retired_at is not None for x in ls) == 6 else None)(
+        worker_lives(engine, stage=E)), 30, "the pending lives closed")
+    never_placed = [x for x in ended if x.placed_at is None]
+    assert len(never_placed) == 6 and all(x.retired_at is not None for x in never_placed)
+    allocated = allocated_seconds(engine)[E]
+    assert allocated <= 2 * (max(x.retired_at or 0 for x in ended) - min(x.spawned_at for x in ended)) + 5
+
+
+def test_a_node_lost_mid_replay_loses_and_duplicates_nothing_and_the_pools_come_back(farm, ray_cluster):
+    from farm.client.sync import RewardClient
+    from planner.runtime import service
+
+    settings, _, make = farm
+    # the replay's workers may run only on nodes that declare "replay": the first such node is then lost
+    pinned = {"synthetic": Resources(num_cpus=1, custom={"replay": 1})}
+    doomed = ray_cluster.add_node(num_cpus=4, resources={"replay": 4})
+    built = service.build(settings, backend=make(resources=pinned), startup_s=1.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(built, stop), daemon=True)
+    thread.start()
+    try:
+        with RewardClient(settings) as client:
+            batch = client.open_batch("replay", "synthetic", 16)
+            for i in range(16):
+                batch.submit(str(i), {"times": [1.0, 0.2]})
+            wait_for(lambda: len([w for w in built.backend.list() if w.state is WorkerState.RUNNING]) >= 2, 60,
+                     "the replay's workers running on the first node")
+            ray_cluster.remove(doomed)
+            wait_for(lambda: built.backend.list() and all(w.state is WorkerState.PENDING for w in built.backend.list()
+                                                          if w.alive), 30, "the lost node's workers replaced, pending")
+            ray_cluster.add_node(num_cpus=4, resources={"replay": 4})  # the autoscaler's new node
+            results = batch.gather(timeout=180)
+    finally:
+        stop.set()
+        thread.join(10)
+        built.close()
+
+    assert sorted(int(r.request_id) for r in results) == list(range(16))
+    assert all(r.status is Status.OK for r in results)
+
+
+def _planner(settings, address):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FARM_REDIS_URL": settings.redis_url, "FARM_NAMESPACE": settings.namespace,
+           "FARM_DATABASE_URL": settings.database_url, "FARM_DATA_DIR": settings.data_dir}
+    return subprocess.Popen([sys.executable, "-m", "farm.app.cli", "planner", "--backend", "ray",
+                             "--ray-address", address, "-v"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_a_daemon_killed_hard_and_restarted_adopts_its_actors_and_orphans_none(farm, ray_cluster):
+    from farm.store.accounting import worker_lives
+    from farm.store.knob_store import KnobStore
+    from planner.runtime.service import planner_alive
+
+    settings, engine, make = farm
+    client = redis_lib.Redis.from_url(settings.redis_url)
+    KnobStore(engine, client, settings.namespace).save(small_knobs().with_stage(C, min_workers=2))
+    backend = make()
+    first = _planner(settings, ray_cluster.address)
+    try:
+        before = placed(backend, 2)
+        first.kill()  # kill -9: no warm shutdown, nothing in memory carries over
+        first.wait(10)
+        second = _planner(settings, ray_cluster.address)
+        try:
+            wait_for(lambda: (planner_alive(client, settings.namespace) or {}).get("pid") == second.pid, 60,
+                     "the restarted daemon's epochs")
+            wait_for(lambda: (planner_alive(client, settings.namespace) or {}).get("pools", {}).get(C), 30,
+                     "the restarted daemon's pools")
+            after = placed(backend, 2)
+        finally:
+            second.terminate()
+            second.wait(20)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        client.close()
+
+    assert sorted(w.name for w in after) == sorted(w.name for w in before)  # adopted, none started twice
+    lives = worker_lives(engine, stage=C)
+    assert sorted(x.name for x in lives) == sorted(w.name for w in before)
+
+
+def test_an_unreachable_ray_address_fails_at_start_with_a_clear_message(settings, postgres_url):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FARM_REDIS_URL": settings.redis_url, "FARM_NAMESPACE": settings.namespace,
+           "FARM_DATABASE_URL": postgres_url, "FARM_DATA_DIR": settings.data_dir}
+    from farm.store.engine import upgrade
+
+    upgrade(postgres_url)
+    done = subprocess.run([sys.executable, "-m", "farm.app.cli", "planner", "--backend", "ray",
+                           "--ray-address", "127.0.0.1:9"], env=env, capture_output=True, text=True, timeout=60)
+
+    assert done.returncode != 0
+    assert "no Ray cluster answers at 127.0.0.1:9" in done.stderr
+
+
+def test_a_cluster_that_goes_away_fails_the_backends_calls_clearly_and_the_caller_lives_on(settings):
+    from planner.backends import BackendError
+    from planner.backends.ray import RayBackend
+    from tests.support.ray_cluster import require_namespace
+
+    require_namespace()
+    from ray.cluster_utils import Cluster
+
+    own = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    backend = RayBackend(settings, address=own.address)
+    try:
+        assert backend.list() == []
+        own.shutdown()
+        with pytest.raises(BackendError, match=r"Ray|cluster"):
+            backend.list()
+        with pytest.raises(BackendError):
+            backend.list()  # still away: refused again, the caller (the daemon) logs and carries on
+    finally:
+        backend.close()
+
+
+def test_the_embedded_farm_on_the_ray_backend_serves_a_batch_and_leaves_no_actor_behind(tmp_path, ray_cluster):
+    import uuid
+
+    from farm.app.embedded import EmbeddedFarm
+    from farm.client.sync import RewardClient
+    from farm.config import Settings
+    from planner.backends.ray import RayBackend
+
+    settings = Settings(data_dir=str(tmp_path), namespace=f"up{uuid.uuid4().hex[:8]}", lease_s=3.0)
+    with EmbeddedFarm(settings, backend_kind="ray", backend_options={"address": ray_cluster.address}) as farm:
+        farm.wait_ready()
+        assert {w.node for w in farm.backend.list()} == {farm.backend.nodes()[ray_cluster.cpu_node.node_id]}
+        with RewardClient(farm.settings) as client:
+            batch = client.open_batch("up", "synthetic", size=3)
+            for i in range(3):
+                batch.submit(str(i), {"times": [0.1, 0.1]})
+            results = batch.gather(timeout=60)
+        served = farm.settings
+
+    assert sorted(r.request_id for r in results) == ["0", "1", "2"] and all(r.status is Status.OK for r in results)
+    # the farm's own Redis ended with it: ask the cluster, through the test's Redis, what is left of its actors
+    leftover = RayBackend(served.with_(redis_url=ray_cluster_redis()), address=ray_cluster.address)
+    try:
+        assert leftover._actors() == [] or all(a["state"] == "dead" for a in leftover._actors())
+    finally:
+        leftover.close()
+
+
+def ray_cluster_redis() -> str:
+    from tests.conftest import REDIS_URL
+
+    return REDIS_URL
