@@ -103,7 +103,7 @@ def summarise(kind: str, runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--backends", default="local,docker")
+    parser.add_argument("--backends", "--backend", default="local,docker", help="comma-separated: local, docker, ray")
     parser.add_argument("--redis-url", default=os.environ.get("FARM_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--ray-address", default=None,
                         help="ray backend: a running cluster (default: start a 3-node one here; run the script "

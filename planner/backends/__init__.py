@@ -5,7 +5,7 @@ things: which workers exist (`list`), to start some for a stage (`spawn`), and t
 (`retire`). Assumptions every backend states and every caller must live with:
 
 - Eventually consistent. `list` reports what the backend last observed; a worker just spawned may be
-  `starting` for seconds, a retired one `stopping` until its current request is done. Observing reaps:
+  `pending` (a cluster has no room for it yet) or `starting` for seconds, a retired one `stopping` until its current request is done. Observing reaps:
   a worker found gone is dropped from the list and its `worker_retired` event is emitted then.
 - Idempotent. `spawn(stage, n, request_id=...)` with a request id already used while those workers
   exist starts nothing new; `retire` of a worker already stopping or gone is a no-op.

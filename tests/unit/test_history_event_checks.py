@@ -24,6 +24,7 @@ def test_a_well_formed_event_of_every_kind_passes():
                            finished_at=None, status="cancelled", worker="w"),
         "request_done": dict(batch="b", request="r", status="ok", reward=1, outcome=None, finished_at=2.5, message=""),
         "worker_spawned": dict(worker="w", stage="synthetic.compile", backend="local", at=0.5),
+        "worker_placed": dict(worker="w", stage="synthetic.compile", at=0.6),
         "worker_ready": dict(worker="w", stage="synthetic.compile", at=0.7),
         "worker_retired": dict(worker="w", stage="synthetic.compile", at=9.0),
     }

@@ -90,11 +90,11 @@ def status(settings, as_json):
     daemon = report["planner"]
     console.print(f"planner daemon: pid {daemon.get('pid')} ({daemon.get('backend')} backend)" if daemon
                   else "planner daemon: none running (pools stay as they are)")
-    stages = Table("stage", "queued", "running", "workers", "idle", "starting", "pending", "start-up p50 / p90",
-                   title="stages")
+    # starting and pending workers go below the table, which stays within 80 columns
+    stages = Table("stage", "queued", "running", "workers", "idle", "start-up p50 / p90", title="stages")
     for q, st in report["stages"].items():
         stages.add_row(q, str(st["queued"]), str(st["running"]), str(st["workers"]), str(st["idle"]),
-                       str(st["starting"]), str(st["pending"]), _startup_cell(st["startup"]))
+                       _startup_cell(st["startup"]))
     console.print(stages)
     if any(st["nodes"] for st in report["stages"].values()):
         nodes = Table("stage", "node", "workers", title="workers per node")
@@ -102,6 +102,9 @@ def status(settings, as_json):
             for node, n in sorted(st["nodes"].items()):
                 nodes.add_row(q, node, str(n))
         console.print(nodes)
+    starting = {q: st["starting"] for q, st in report["stages"].items() if st["starting"]}
+    if starting:
+        console.print("starting (placed, not yet taking requests): " + ", ".join(f"{q} {n}" for q, n in starting.items()))
     pending = {q: st["pending"] for q, st in report["stages"].items() if st["pending"]}
     if pending:
         console.print("pending (waiting for a machine with room; not allocated): "
