@@ -75,11 +75,12 @@ def main(argv=None) -> int:
 
     cluster, options = None, {}
     if args.backend == "ray":
-        if args.ray_address is None:  # a head, a GPU node and two CPU nodes on this machine
+        if args.ray_address is None:  # a head, a GPU node and two CPU nodes here, with room for the knobs' pools
             from tests.support.ray_cluster import LocalCluster
 
-            cluster = LocalCluster()
-            cluster.add_node(num_cpus=4)
+            half = (args.max_workers + 1) // 2  # synthetic.compile is a CPU stage, synthetic.execute a GPU one
+            cluster = LocalCluster(cpu_node_cpus=half, gpu_node_gpus=args.max_workers)
+            cluster.add_node(num_cpus=half)
         options = {"address": args.ray_address or cluster.address}
     try:
         report, _ = run_demo(replayer=replayer, speed=args.speed, trace_spec=args.trace,

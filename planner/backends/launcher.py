@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from planner.backends.processes import python
+from planner.backends.processes import end_by_stdin, python
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +84,8 @@ class Launcher:
         """Close the launcher's stdin: it exits, the workers it forked run on."""
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc is not None:
+            end_by_stdin(proc, 5.0)
 
     def _ensure(self) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:

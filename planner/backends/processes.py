@@ -27,6 +27,20 @@ def python(*args: str) -> list[str]:
     return [sys.executable, "-P", *args]
 
 
+def end_by_stdin(proc: subprocess.Popen, timeout_s: float) -> None:
+    """End a child that serves requests on its stdin (a launcher, a Ray driver): close its stdin, give it
+    `timeout_s` to finish on its own, then kill it."""
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 def _prctl():
     if not sys.platform.startswith("linux"):
         return None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.backends import BackendError
-from planner.backends.processes import python
+from planner.backends.processes import end_by_stdin, python
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +64,8 @@ class Bridge:
         """Close the driver's stdin: it disconnects and exits; detached worker actors run on."""
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc is not None:
+            end_by_stdin(proc, 15.0)
 
     def _ensure(self, force: bool = False) -> subprocess.Popen:
         if self._proc is not None and self._proc.poll() is None:

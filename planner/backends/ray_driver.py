@@ -19,6 +19,7 @@ other farm process: the core never imports it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import sys
@@ -115,13 +116,26 @@ class Driver:
             return None
 
 
+_ANSWERS: list[Any] = []  # the protocol's stream: this process's original stdout
+
+
 def _say(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    out = _ANSWERS[0] if _ANSWERS else sys.stdout
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+def _keep_stdout_for_answers() -> None:
+    """Answers go to the original stdout; everything else written to fd 1 (Ray prints its raylets'
+    warnings there, whatever `log_to_driver` says) goes to stderr, the driver's log."""
+    _ANSWERS.append(os.fdopen(os.dup(1), "w", buffering=1))
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 
 
 def main(argv: list[str]) -> int:
     address, namespace = argv[0], argv[1]
+    _keep_stdout_for_answers()
     why = reachable(address)
     if why:
         _say({"error": why})

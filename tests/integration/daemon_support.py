@@ -3,6 +3,7 @@ Redis and PostgreSQL, with the recorder draining, and the planner daemon in a th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -24,9 +25,10 @@ def small_knobs() -> Knobs:
             .with_stage(E, timeout_s=3.0, max_workers=2))
 
 
-@pytest.fixture
-def farm(settings, postgres_url):
-    """A farm without workers: the store migrated, the recorder draining, the knobs published."""
+@contextlib.contextmanager
+def recorded_farm(settings, postgres_url):
+    """A farm without workers: the store migrated, the recorder draining, the knobs published; yields
+    (settings, engine) and stops the recorder after."""
     from farm.store.engine import make_engine, upgrade
     from farm.store.knob_store import KnobStore
     from farm.store.recorder import Recorder
@@ -40,7 +42,25 @@ def farm(settings, postgres_url):
     recorder = Recorder(settings, engine, block_ms=100)
     thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
     thread.start()
-    yield settings, engine
+    try:
+        yield settings, engine
+    finally:
+        stop.set()
+        thread.join(5)
+        recorder.close()
+        client.close()
+        engine.dispose()
+
+
+@pytest.fixture
+def farm(settings, postgres_url):
+    """A farm without workers (`recorded_farm`); the local workers a test left are retired, then killed."""
+    with recorded_farm(settings, postgres_url) as (settings, engine):
+        yield settings, engine
+        _end_local_workers(settings)
+
+
+def _end_local_workers(settings) -> None:
     backend = create("local", settings)
     backend.shutdown()
     deadline = time.monotonic() + 20
@@ -50,11 +70,6 @@ def farm(settings, postgres_url):
         if w.ref.isdigit():
             os.kill(int(w.ref), signal.SIGKILL)
     backend.close()
-    stop.set()
-    thread.join(5)
-    recorder.close()
-    client.close()
-    engine.dispose()
 
 
 def alive(settings, stage=None):

@@ -12,7 +12,7 @@ import redis as redis_lib
 from farm.results import Status
 from planner.backends import WorkerState
 from planner.backends.ray_spec import Resources, ray_namespace
-from tests.integration.daemon_support import small_knobs, wait_for
+from tests.integration.daemon_support import recorded_farm, small_knobs, wait_for
 from tests.support.ray_cluster import connected
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
@@ -27,20 +27,8 @@ def gpu_execute(stage: str) -> str:
 
 @pytest.fixture
 def farm(settings, postgres_url, ray_cluster):
-    """A farm on the cluster: the store migrated, the recorder draining, small knobs published."""
-    from farm.store.engine import make_engine, upgrade
-    from farm.store.knob_store import KnobStore
-    from farm.store.recorder import Recorder
-
-    settings = settings.with_(database_url=postgres_url, lease_s=2.0)
-    upgrade(postgres_url)
-    engine = make_engine(postgres_url)
-    client = redis_lib.Redis.from_url(settings.redis_url)
-    KnobStore(engine, client, settings.namespace).save(small_knobs())
-    stop = threading.Event()
-    recorder = Recorder(settings, engine, block_ms=100)
-    thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
-    thread.start()
+    """A farm on the cluster (daemon_support.recorded_farm) and a maker of ray backends on it; the worker
+    actors a test left are killed."""
     backends = []
 
     def backend(**options):
@@ -50,24 +38,20 @@ def farm(settings, postgres_url, ray_cluster):
         backends.append(made)
         return made
 
-    yield settings, engine, backend
-    if backends:
-        import ray
+    with recorded_farm(settings, postgres_url) as (settings, engine):
+        yield settings, engine, backend
+        if backends:
+            import ray
 
-        connected()
-        for w in backends[0].list():
-            try:
-                ray.kill(ray.get_actor(w.name, namespace=ray_namespace(settings.namespace)), no_restart=True)
-            except ValueError:
-                pass
-        wait_for(lambda: not backends[0].list(), 30, "the test's worker actors to be gone")
-    for made in backends:
-        made.close()
-    stop.set()
-    thread.join(5)
-    recorder.close()
-    client.close()
-    engine.dispose()
+            connected()
+            for w in backends[0].list():
+                try:
+                    ray.kill(ray.get_actor(w.name, namespace=ray_namespace(settings.namespace)), no_restart=True)
+                except ValueError:
+                    pass
+            wait_for(lambda: not backends[0].list(), 30, "the test's worker actors to be gone")
+        for made in backends:
+            made.close()
 
 
 def placed(backend, n):

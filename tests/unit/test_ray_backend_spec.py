@@ -78,3 +78,15 @@ def test_an_address_that_is_not_host_and_port_or_does_not_answer_is_refused_at_o
     assert "is not HOST:PORT" in reachable("nonsense")
     assert "no Ray cluster answers at 127.0.0.1:9" in reachable("127.0.0.1:9", timeout_s=2)
     assert reachable("auto") is None and reachable("ray://head:10001") is None
+
+
+def test_the_drivers_answers_are_not_mixed_with_what_ray_prints_to_its_stdout():
+    import subprocess
+    import sys
+
+    script = ("import os; from planner.backends import ray_driver as d; d._keep_stdout_for_answers(); "
+              "print('(raylet) WARNING: 4 PYTHON worker processes'); os.write(1, b'more noise\\n'); d._say({'id': 1, 'ok': 2})")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+
+    assert done.stdout == '{"id": 1, "ok": 2}\n'
+    assert "WARNING" in done.stderr and "more noise" in done.stderr
