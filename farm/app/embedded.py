@@ -234,10 +234,23 @@ class EmbeddedFarm:
                     return
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"stage workers not ready after {limit:g} s: {missing}; "
-                                       f"see the logs under {self.settings.data_dir}")
+                                       f"{self._pending_note(missing)}see the logs under {self.settings.data_dir}")
                 time.sleep(0.2)
         finally:
             redis.close()
+
+    def _pending_note(self, stages: Sequence[str]) -> str:
+        """Why workers of a cluster backend are not ready: no node has room for what they ask for."""
+        try:
+            pending = [w for w in self._backend.list() if w.stage in stages and w.state.value == "pending"]
+        except Exception:  # the backend cannot say; the logs can
+            return ""
+        if not pending:
+            return ""
+        queues = sorted({w.stage for w in pending})
+        return (f"{len(pending)} worker(s) of {', '.join(queues)} are pending: no node of the cluster has the "
+                f"resources their stage asks for (a GPU stage asks for a GPU; FARM_RAY_RESOURCES overrides it, "
+                f"docs/ray.md); ")
 
     def _retire_all(self, timeout_s: float) -> None:
         self._backend.shutdown()

@@ -271,3 +271,17 @@ def ray_cluster_redis() -> str:
     from tests.conftest import REDIS_URL
 
     return REDIS_URL
+
+
+def test_an_embedded_farm_whose_workers_find_no_room_says_they_are_pending(tmp_path, ray_cluster):
+    import uuid
+
+    from farm.app.embedded import EmbeddedFarm
+    from farm.config import Settings
+
+    settings = Settings(data_dir=str(tmp_path), namespace=f"up{uuid.uuid4().hex[:8]}", lease_s=3.0)
+    nowhere = {E: Resources(num_cpus=1, custom={"no-such-node": 1})}
+    with EmbeddedFarm(settings, backend_kind="ray", ready_timeout_s=5.0,
+                      backend_options={"address": ray_cluster.address, "resources": nowhere}) as farm:
+        with pytest.raises(TimeoutError, match=r"1 worker\(s\) of synthetic.execute are pending: no node"):
+            farm.wait_ready()

@@ -84,7 +84,7 @@ def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, plann
     try:
         with farm:
             _serve(farm, planner, stop)
-    except (FarmRunning, BackendError) as exc:  # one starting from the same data dir; a cluster not there
+    except (FarmRunning, BackendError, TimeoutError) as exc:  # one starting here; no cluster; workers not ready
         raise click.ClickException(str(exc)) from exc
 
 
