@@ -31,7 +31,7 @@ from farm.protocol.live import inspect
 from farm.store import open_store
 from farm.store.knob_store import KnobStore
 from farm.store.recorder import Recorder
-from planner.backends import create
+from planner.backends import WorkerState, create
 from planner.backends.common import worker_env
 from planner.backends.local import TETHER_ENV
 from planner.backends.processes import die_with_parent, python
@@ -242,7 +242,7 @@ class EmbeddedFarm:
     def _pending_note(self, stages: Sequence[str]) -> str:
         """Why workers of a cluster backend are not ready: no node has room for what they ask for."""
         try:
-            pending = [w for w in self._backend.list() if w.stage in stages and w.state.value == "pending"]
+            pending = [w for w in self._backend.list() if w.stage in stages and w.state is WorkerState.PENDING]
         except Exception:  # the backend cannot say; the logs can
             return ""
         if not pending:

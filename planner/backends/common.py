@@ -86,6 +86,17 @@ def redis_for(settings: Settings):
     return redis.Redis.from_url(settings.redis_url)
 
 
+class Observed:
+    """`list` for a backend that observes its workers under `self._lock` (`_observe`, oldest first),
+    reaping the gone ones, and writes the lives that closed (`self._lives`) after each observation."""
+
+    def list(self, stage: str | None = None) -> list:
+        with self._lock:
+            workers = self._observe()
+            self._lives.flush()
+        return [w for w in workers if stage is None or w.stage == stage]
+
+
 class Lives:
     """Worker-life events (`worker_spawned`, `worker_retired`) on the namespace's stream, at least once.
 

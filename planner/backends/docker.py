@@ -37,7 +37,7 @@ _PARALLEL_STARTS = 8  # containers created and started at once by one spawn
 _UNSTARTED_GRACE_S = 30.0  # a container created but never started this long ago: its daemon died mid-spawn
 
 
-class DockerBackend(Backend):
+class DockerBackend(common.Observed, Backend):
     kind = "docker"
 
     def __init__(
@@ -101,12 +101,6 @@ class DockerBackend(Backend):
         self._lock = threading.RLock()
 
     # -- the interface --------------------------------------------------------------------------
-
-    def list(self, stage: str | None = None) -> list[Worker]:
-        with self._lock:
-            workers = self._observe()
-            self._lives.flush()
-        return [w for w in workers if stage is None or w.stage == stage]
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
         common.check_stage(stage)

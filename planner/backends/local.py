@@ -55,7 +55,7 @@ def default_command() -> list[str]:
     return processes.python("-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker")
 
 
-class LocalBackend(Backend):
+class LocalBackend(common.Observed, Backend):
     kind = "local"
 
     def __init__(
@@ -119,12 +119,6 @@ class LocalBackend(Backend):
         self._lock = threading.RLock()
 
     # -- the interface --------------------------------------------------------------------------
-
-    def list(self, stage: str | None = None) -> list[Worker]:
-        with self._lock:
-            workers = self._observe()
-            self._lives.flush()
-        return [w for w in workers if stage is None or w.stage == stage]
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
         common.check_stage(stage)

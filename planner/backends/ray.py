@@ -45,7 +45,7 @@ STARTING_KILL_S = 5.0  # a retiring worker that never became ready holds no requ
 _UNREGISTERED_GRACE_S = 30.0  # a life recorded this long ago whose actor the cluster never heard of: its spawn died
 
 
-class RayBackend(Backend):
+class RayBackend(common.Observed, Backend):
     kind = "ray"
 
     def __init__(
@@ -101,12 +101,6 @@ class RayBackend(Backend):
             raise
 
     # -- the interface --------------------------------------------------------------------------
-
-    def list(self, stage: str | None = None) -> list[Worker]:
-        with self._lock:
-            workers = self._observe()
-            self._lives.flush()
-        return [w for w in workers if stage is None or w.stage == stage]
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
         common.check_stage(stage)

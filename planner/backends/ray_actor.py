@@ -79,8 +79,11 @@ class StageWorkerActor:
         return True
 
     def _signal(self, signum: int) -> None:
-        try:
-            os.killpg(self.proc.pid, signum) if signum == signal.SIGKILL else self.proc.send_signal(signum)
+        try:  # the kill takes the worker's whole session (its sandboxes); SIGTERM is the worker's alone
+            if signum == signal.SIGKILL:
+                os.killpg(self.proc.pid, signum)
+            else:
+                self.proc.send_signal(signum)
         except ProcessLookupError:
             pass
 

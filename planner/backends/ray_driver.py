@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
                  logging_level="WARNING", log_to_driver=False, configure_logging=False)
         driver = Driver(namespace)
         context = ray.get_runtime_context()
-        _say({"ready": {"address": ray.get_runtime_context().gcs_address, "node": context.get_node_id(),
+        _say({"ready": {"address": context.gcs_address, "node": context.get_node_id(),
                         "connect_s": round(time.monotonic() - started, 3)}})
     except Exception as exc:
         _say({"error": f"could not connect to the Ray cluster at {address!r}: {exc}"})
