@@ -70,6 +70,16 @@ if [ -x docker/ci-engine.sh ]; then
     log "docker engine"
     docker/ci-engine.sh
     export FARM_REQUIRE_DOCKER=1  # the docker half of the backend contract must run, not skip
+    log "the farm's images (docker/build-local.sh: Debian bases from the mirror, cached per machine)"
+    # built here, with the other installs, so the stack's tests find them and reach no network
+    build_log=$(mktemp)
+    if ! docker/build-local.sh >"$build_log" 2>&1; then
+        tail -n 40 "$build_log" >&2
+        echo "docker/build-local.sh failed" >&2
+        exit 1
+    fi
+    grep '^==' "$build_log" >&2 || true
+    rm -f "$build_log"
 fi
 
 log "tests"

@@ -13,6 +13,7 @@ Exited containers are kept until observed, so the end of a life is measured, the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -109,14 +110,24 @@ class DockerBackend(common.Observed, Backend):
         resource = self.resource_for(stage)
         limits = self.limits.get(stage) or self.limits.get(resource) or Limits()
         names = common.worker_names(self.namespace, stage, n, request_id)
-        with self._lock:
-            existing = {c["Labels"].get(f"{LABEL}.worker") for c in self._containers()}
+        # Every worker of the call is spawned when it was asked for, not when its container's turn came:
+        # creating containers takes the engine seconds under load, and a pool counts a worker (and pays
+        # for it) from the planner's request, so its start-up is measured from there too.
+        asked_at = time.time()
+        # Containers are created outside the lock, so that the daemon's spawns of several stages run side
+        # by side (a name created twice answers 409, and `_start` takes that as done); a GPU stage holds
+        # the lock throughout, since its GPUs are free until its containers carry them.
+        with self._lock if limits.gpus else contextlib.nullcontext():
+            with self._lock:
+                existing = {c["Labels"].get(f"{LABEL}.worker") for c in self._containers()}
             missing = [name for name in names if name not in existing]
             gpus = self._free_gpus(len(missing)) if limits.gpus else [None] * len(missing)
             # the engine creates and starts containers in parallel well: a decision's new workers start together
             with ThreadPoolExecutor(max_workers=max(1, min(_PARALLEL_STARTS, len(missing)))) as pool:
-                futures = [pool.submit(self._start, name, stage, limits, timeout_s, gpu) for name, gpu in zip(missing, gpus)]
+                futures = [pool.submit(self._start, name, stage, limits, timeout_s, gpu, asked_at)
+                           for name, gpu in zip(missing, gpus)]
             errors = [f.exception() for f in futures if f.exception() is not None]
+        with self._lock:
             by_name = {w.name: w for w in self._observe()}
             self._lives.flush()
         if errors:
@@ -186,8 +197,8 @@ class DockerBackend(common.Observed, Backend):
         pipeline = stage.partition(".")[0]
         return self.images.get(stage) or self.images.get(pipeline) or (self.gpu_image if limits.gpus else self.image)
 
-    def _start(self, name: str, stage: str, limits: Limits, timeout_s: float, gpu_id: str | None) -> None:
-        spawned_at = time.time()
+    def _start(self, name: str, stage: str, limits: Limits, timeout_s: float, gpu_id: str | None,
+               spawned_at: float) -> None:
         create, host = container_spec(
             name=name, stage=stage, namespace=self.namespace,
             image=self.image_for(stage, limits), command=self.command, env=self.env,

@@ -29,6 +29,7 @@ import random
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from farm.knobs import Knobs
@@ -156,6 +157,8 @@ class Daemon:
                 "cold": list(view.cold),
                 "scheduler": knobs.scheduler,
                 "delay_s": knobs.delay_s,
+                # the start-up the policy planned with (the live replay's prediction plans with the same)
+                "startup_s": getattr(view.snapshot, "startup_s", None),
             },
         )
         # an idle farm ticks every second: a tick with no batch that leaves the pools as recorded says nothing new
@@ -174,13 +177,23 @@ class Daemon:
                 self.backend.retire([w.name for w in changes.retire])
             except Exception:
                 log.exception("retiring workers %s failed", [w.name for w in changes.retire])
-        for stage, count in changes.spawn.items():
-            # A request id per (daemon, decision): a retried call starts nothing twice (names add the stage).
-            request_id = f"p{self.instance}-{self.decisions}"
+        # A request id per (daemon, decision): a retried call starts nothing twice (names add the stage).
+        request_id = f"p{self.instance}-{self.decisions}"
+
+        def spawn(stage: str, count: int) -> None:
             try:
                 self.backend.spawn(stage, count, request_id=request_id)
             except Exception:
                 log.exception("spawning %d workers of %s failed", count, stage)
+
+        spawns = list(changes.spawn.items())
+        if len(spawns) == 1:
+            spawn(*spawns[0])
+        elif spawns:
+            # side by side: a backend that takes seconds to create workers (containers under load) would
+            # otherwise start one stage's workers only once another's are created (backends are thread-safe)
+            with ThreadPoolExecutor(max_workers=len(spawns), thread_name_prefix="spawn") as pool:
+                list(pool.map(lambda item: spawn(*item), spawns))
 
     def serve(self, wake: Wakeup, stop: threading.Event) -> None:
         """Decide at start, at every epoch message and at every tick, until `stop` is set.

@@ -139,3 +139,33 @@ def run(planner: Planner, stop: threading.Event | None = None, *, once: bool = F
         planner.daemon.serve(wake, stop)
     finally:
         wake.close()
+        _clear_heartbeat(planner)
+
+
+def _clear_heartbeat(planner: Planner) -> None:
+    # a daemon that stops says so at once (`farm status`, `farm planner --retire-all`) rather than after 3
+    # ticks; a heartbeat another daemon wrote since is left alone
+    try:
+        beat = planner_alive(planner.redis, planner.settings.namespace)
+        if beat is not None and beat.get("pid") == os.getpid():
+            planner.redis.delete(heartbeat_key(planner.settings.namespace))
+    except redis_lib.RedisError:
+        log.warning("could not clear the planner's heartbeat", exc_info=True)
+
+
+def retire_all(planner: Planner, *, wait_s: float, poll_s: float = 0.5) -> list[str]:
+    """Retire every worker of this farm on the planner's backend and wait until none is alive: what takes a
+    farm down, since workers outlive a stopped daemon (so that a restarted one adopts them). Each retires as
+    the daemon retires one (the stage's timeout plus a grace to finish its request). Returns the names of
+    those still there (running or stopping) after `wait_s`, none when all are gone."""
+    backend = planner.backend
+    backend.reconcile()
+    backend.retire([w.name for w in backend.list() if w.alive])
+    deadline = time.monotonic() + wait_s
+    while True:
+        # every worker listed, stopping ones included, is still there; listing also observes the ends of
+        # lives (and lets the docker backend remove the exited containers)
+        left = sorted(w.name for w in backend.list())
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(poll_s)

@@ -331,3 +331,23 @@ def test_an_idle_tick_that_changes_a_pool_is_recorded():
     daemon.step("tick")
     daemon.step("tick")
     assert [r.reason for r in records] == ["tick", "tick"] and records[-1].workers == {C: 2, E: 0}
+
+
+class MeetingBackend(FakeBackend):
+    """A backend whose spawn returns only once every stage's spawn of the decision has begun."""
+
+    def __init__(self, stages: int, **kw):
+        super().__init__(**kw)
+        self.meeting = threading.Barrier(stages, timeout=5.0)
+
+    def spawn(self, stage, n, *, request_id=None):
+        self.meeting.wait()  # a daemon that spawns one stage after another breaks the barrier here
+        return super().spawn(stage, n, request_id=request_id)
+
+
+def test_a_decisions_stages_are_spawned_side_by_side_not_one_after_another():
+    backend = MeetingBackend(2, settings=Settings(namespace="t"), world=FakeWorld(Clock()),
+                             timeout_for=lambda stage: 60.0)
+    daemon, *_ = make_daemon(StaticView(view({"workers": {C: 2, E: 3}})), backend)
+    daemon.step("tick")
+    assert (count(backend, C), count(backend, E)) == (2, 3)

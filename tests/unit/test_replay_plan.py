@@ -159,6 +159,17 @@ def test_the_prediction_takes_the_runs_physics_times_the_speed(monkeypatch):
     assert seen["policy_startup_s"] == pytest.approx(15.0)  # told the larger of configured and observed
 
 
+def test_the_prediction_plans_with_the_start_up_the_live_decisions_planned_with(monkeypatch):
+    import planner.eval.loop
+
+    seen = {}
+    monkeypatch.setattr(planner.eval.loop, "evaluate", lambda trace, knobs, **kw: seen.update(kw))
+    report = {"startup_s": 1.5, "policy_startup_s": 2.5,
+              "physics": {"startup_s": 0.5, "startup_per_start_s": 0.1, "retire_s": 0.6, "dispatch_s": 0.02}}
+    predict_result(TRACE, Knobs(), same_run(ReplayOptions(speed=10.0, startup_s=1.0), report))
+    assert seen["policy_startup_s"] == pytest.approx(25.0)
+
+
 def test_the_replay_options_refuse_a_negative_physics_parameter():
     with pytest.raises(ReplayError, match="retire_s"):
         ReplayOptions(retire_s=-0.5)

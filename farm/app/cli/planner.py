@@ -33,10 +33,15 @@ from planner.runtime import service
               help="Floor of every pool while a batch with no history anywhere in its pipeline is active "
                    "(0: the policy's own cold default alone).")
 @click.option("--once", is_flag=True, help="Reconcile, make one decision and exit.")
+@click.option("--retire-all", is_flag=True,
+              help="Retire every worker of this farm on the backend, wait until they are gone and exit (workers "
+                   "outlive a stopped daemon: stop it first, then take the farm down with this).")
+@click.option("--retire-wait-s", type=click.FloatRange(min=0), default=180.0, show_default=True,
+              help="--retire-all: how long to wait for the workers to finish their requests and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision.")
 def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, image: str | None,
             gpu_image: str | None, network: str | None, ray_address: str | None, database_url: str | None, seed: int,
-            cold_workers: int, once: bool, verbose: bool) -> None:
+            cold_workers: int, once: bool, retire_all: bool, retire_wait_s: float, verbose: bool) -> None:
     """Run the planner daemon: wakes when a batch opens or completes and every `tick_s`, decides the
     workers per stage with the knobs' policy, and spawns or retires workers through the backend."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -49,6 +54,8 @@ def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, i
         if backend != "ray":
             raise click.UsageError("--ray-address is an option of the ray backend (also read from FARM_RAY_ADDRESS)")
         options["address"] = ray_address
+    if retire_all and once:
+        raise click.UsageError("--once and --retire-all are exclusive")
     try:
         built = service.build(from_env(), backend=backend, database_url=database_url, pipelines=pipelines or None,
                               startup_s=startup_s, seed=seed, cold_workers=cold_workers,
@@ -56,9 +63,28 @@ def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, i
     except (StoreError, ValueError, BackendError) as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        service.run(built, once=once)
+        if retire_all:
+            _retire_all(built, retire_wait_s)
+        else:
+            service.run(built, once=once)
     finally:
         built.close()
+
+
+def _retire_all(built: service.Planner, wait_s: float) -> None:
+    running = service.planner_alive(built.redis, built.settings.namespace)
+    if running is not None:  # it would spawn the workers again at its next epoch
+        raise click.ClickException(
+            f"a planner daemon serves namespace {built.settings.namespace!r} (pid {running.get('pid')}, backend "
+            f"{running.get('backend')}): stop it first (`docker compose stop planner`, or its process)")
+    try:
+        left = service.retire_all(built, wait_s=wait_s)
+    except BackendError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if left:
+        raise click.ClickException(
+            f"{len(left)} worker(s) still running or stopping after {wait_s:g} s: {', '.join(left)}")
+    click.echo(f"no worker of namespace {built.settings.namespace!r} is left on the {built.backend.kind} backend")
 
 
 if __name__ == "__main__":  # `python -m farm.app.cli.planner`: how the embedded farm and the demo start it

@@ -164,3 +164,13 @@ def last_completion(engine: Any, batch_ids: Sequence[str]) -> float:
     with engine.connect() as conn:
         query = select(func.max(Batch.completed_at)).where(Batch.id.in_(list(batch_ids)))
         return float(conn.execute(query).scalar_one())
+
+
+def planned_startup(engine: Any, since: float, until: float, pipeline: str) -> float | None:
+    """The median start-up (real seconds) the planner's decisions for `pipeline` planned with in [since,
+    until], as their records say; None where they do not (decisions of a planner before that record)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(Decision.details).where(Decision.at >= since, Decision.at <= until)).scalars()
+        told = [float(d["startup_s"]) for d in rows
+                if d and d.get("pipeline") == pipeline and d.get("startup_s") is not None]
+    return float(np.median(told)) if told else None

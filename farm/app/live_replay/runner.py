@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 import redis as redis_lib
 
 from farm import registry
+from farm.app.live_replay import metrics
 from farm.app.live_replay.metrics import RecordingTimeout, last_completion, measure, wait_recorded, within
 from farm.app.live_replay.physics import worker_physics
 from farm.app.live_replay.plan import ReplayError, ReplayOptions, check_pipeline, replay_knobs, trace_knobs
@@ -40,12 +41,14 @@ def predict_result(trace: Trace, knobs: Knobs, options: ReplayOptions) -> Any:
 
 def same_run(options: ReplayOptions, report: Mapping[str, Any]) -> ReplayOptions:
     """The options of a run's prediction: the worker physics measured on that run (`report["physics"]`), the
-    planner told the start-up it was told live: the larger of the configured one and the observed median
-    (`report["startup_s"]`), as planner.runtime.live does."""
+    planner told the start-up it was told live: the median of what its decisions planned with
+    (`report["policy_startup_s"]`), else the larger of the configured one and the observed median
+    (`report["startup_s"]`)."""
     physics = report["physics"]
+    told = report.get("policy_startup_s")
     return replace(options, startup_s=physics["startup_s"], startup_per_start_s=physics["startup_per_start_s"],
                    retire_s=physics["retire_s"], dispatch_s=physics["dispatch_s"],
-                   policy_startup_s=max(options.startup_s, report["startup_s"]))
+                   policy_startup_s=told if told is not None else max(options.startup_s, report["startup_s"]))
 
 
 def predict(trace: Trace, knobs: Knobs, options: ReplayOptions) -> dict[str, Any]:
@@ -96,6 +99,7 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
                                  startup_per_start_s=options.startup_per_start_s, retire_s=options.retire_s,
                                  dispatch_s=options.dispatch_s)
         startup = observed_startup(engine, since=t0 - 60.0) or options.startup_s
+        told = metrics.planned_startup(engine, since=t0 - 60.0, until=end, pipeline=options.pipeline)
         measured = measure(engine, trace, batch_ids, start=t0, pipeline=options.pipeline, speed=options.speed,
                            knobs=live, startup_s=startup)
     finally:
@@ -109,6 +113,7 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
         "measured": measured,
         "started_at": t0,  # epoch seconds of the trace's origin on the farm's clock
         "startup_s": startup,  # real seconds a new worker took to be ready here (median)
+        "policy_startup_s": told,  # real seconds the planner's decisions planned a start-up to take (median)
         "physics": physics.to_dict(),  # what the prediction assumes, measured on this run (real seconds)
         "results": {
             "expected": len(expected),
