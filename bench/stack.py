@@ -135,7 +135,8 @@ def main(argv=None) -> int:
             stack.force_down()
         fid = report["fidelity"]
         runs.append({**up, "down_s": round(down_s, 1), "leftovers": left, "results": report["results"],
-                     "fidelity": fid, "physics": report["physics"]})
+                     "fidelity": fid, "physics": report["physics"], "policy_startup_s": report["policy_startup_s"],
+                     "measured": report["measured"], "predicted": report["predicted"]})
         say(f"run {i + 1}: " + ", ".join(f"{k} {v['relative_error']:.1%}" for k, v in fid.items()
                                           if isinstance(v, dict))
             + f"; within 15%: {fid['ok']}; lost {report['results']['lost']}, "
@@ -147,15 +148,15 @@ def main(argv=None) -> int:
                     "cached": round(cached_build, 1)},
         "image_mb": sizes,
         "first_result_s_median": statistics.median(r["first_result_s"] for r in runs) if runs else None,
-        "delay_error_median": statistics.median(r["fidelity"]["extra_delay_mean_s"]["relative_error"]
-                                                for r in runs) if runs else None,
+        "error_medians": {name: statistics.median(r["fidelity"][name]["relative_error"] for r in runs)
+                          for name in runs[0]["fidelity"] if name != "ok"} if runs else {},
         "runs": runs,
     }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        say(f"median first result {out['first_result_s_median']} s; median extra-delay error "
-            f"{out['delay_error_median']:.1%}" if runs else "no runs")
+        say(f"median first result {out['first_result_s_median']} s; median errors: "
+            + ", ".join(f"{k} {v:.1%}" for k, v in out["error_medians"].items()) if runs else "no runs")
     return 0 if all(r["fidelity"]["ok"] and r["results"]["lost"] == 0 for r in runs) else 1
 
 

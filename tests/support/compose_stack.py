@@ -26,6 +26,12 @@ class StackError(RuntimeError):
     pass
 
 
+class StaleNetworkEndpoint(StackError):
+    """The engine refuses to remove the stack's network for "active endpoints" while no container is
+    attached to it or left at all: Docker 20.10's inconsistent endpoint count (moby/moby#17217, #23302),
+    which only an engine restart clears ("Fixing inconsistent endpoint_cnt" in its log)."""
+
+
 def compose_commands() -> dict[str, list[str]]:
     """The compose implementations on this machine: "v2" (`docker compose`, the plugin) and "v1"
     (docker-compose 1.29, Debian bookworm's package); docker/ci-engine.sh installs both."""
@@ -137,7 +143,13 @@ class Stack:
         self.compose("stop", "planner", timeout_s=timeout_s)
         self.compose("run", "--rm", "--no-deps", "planner", "farm", "planner", "--backend", "docker",
                      "--retire-all", "--retire-wait-s", "120", timeout_s=timeout_s)
-        self.compose("down", "--volumes", "--remove-orphans", timeout_s=timeout_s)
+        done = self.compose("down", "--volumes", "--remove-orphans", timeout_s=timeout_s, check=False)
+        if done.returncode != 0:
+            if "has active endpoints" in done.stderr and not self.network_containers() and not any(
+                    self.leftovers()[kind] for kind in ("containers", "volumes")):
+                raise StaleNetworkEndpoint(f"the engine keeps network {self.network} for endpoints no container "
+                                           f"holds (an inconsistent endpoint count):\n{done.stderr[-1000:]}")
+            raise StackError(f"compose down failed ({done.returncode}):\n{done.stderr[-4000:]}")
 
     def force_down(self) -> None:
         """After a failure: remove whatever is left, workers included, without asking anyone."""
@@ -152,6 +164,12 @@ class Stack:
         volumes = _docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={self.project}").split()
         if volumes:
             _docker("volume", "rm", "-f", *volumes, check=False)
+
+    def network_containers(self) -> list[str]:
+        """The containers the engine says are attached to the stack's network (none once it is gone)."""
+        done = subprocess.run(["docker", "network", "inspect", self.network, "--format", "{{json .Containers}}"],
+                              capture_output=True, text=True, timeout=60)
+        return sorted(json.loads(done.stdout or "{}") or {}) if done.returncode == 0 else []
 
     def worker_containers(self) -> list[str]:
         """The planner's worker containers of this stack, running or not."""
