@@ -76,7 +76,10 @@ base() {
         ${BASE_HOOK:+--customize-hook="$BASE_HOOK"} \
         "$SUITE" - "deb $MIRROR $SUITE main" "deb $MIRROR $SUITE-updates main" \
         "deb $SECURITY $SUITE-security main" |
-        docker import "${changes[@]}" - "$tag" >/dev/null
+        docker import "${changes[@]}" - "${tag%:*}:incomplete" >/dev/null
+    # tagged only once the whole root filesystem came through (pipefail): a build cut short is never "cached"
+    docker tag "${tag%:*}:incomplete" "$tag"
+    docker rmi "${tag%:*}:incomplete" >/dev/null
     log "$tag: built in $(since "$started") s"
 }
 
