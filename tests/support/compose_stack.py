@@ -122,16 +122,18 @@ class Stack:
     def wait_for_planner(self, timeout_s: float) -> dict[str, Any]:
         import redis
 
+        from planner.runtime.service import planner_alive
+
         client = redis.Redis.from_url(self.redis_url)
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
                 try:
-                    beat = client.get(f"{self.namespace}:planner")
-                except redis.RedisError:
+                    beat = planner_alive(client, self.namespace)
+                except redis.RedisError:  # Redis itself is still starting
                     beat = None
-                if beat:
-                    return json.loads(beat)
+                if beat is not None:
+                    return beat
                 time.sleep(0.25)
         finally:
             client.close()
@@ -167,9 +169,8 @@ class Stack:
 
     def network_containers(self) -> list[str]:
         """The containers the engine says are attached to the stack's network (none once it is gone)."""
-        done = subprocess.run(["docker", "network", "inspect", self.network, "--format", "{{json .Containers}}"],
-                              capture_output=True, text=True, timeout=60)
-        return sorted(json.loads(done.stdout or "{}") or {}) if done.returncode == 0 else []
+        attached = _docker("network", "inspect", self.network, "--format", "{{json .Containers}}", check=False)
+        return sorted(json.loads(attached or "{}") or {})
 
     def worker_containers(self) -> list[str]:
         """The planner's worker containers of this stack, running or not."""
