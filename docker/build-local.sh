@@ -25,6 +25,7 @@ FARM_IMAGE=${FARM_IMAGE:-reward-farm-worker:latest}
 PYTHON_BASE="$PREFIX/python:3.11-$SUITE"
 REDIS_IMAGE="$PREFIX/redis:7-$SUITE"
 POSTGRES_IMAGE="$PREFIX/postgres:15-$SUITE"
+PROMETHEUS_IMAGE="$PREFIX/prometheus:2-$SUITE"
 
 bases_only=""
 for arg in "$@"; do
@@ -106,12 +107,20 @@ BASE_HOOK='chroot "$1" pg_dropcluster 15 main' \
     'ENV PGDATA=/var/lib/postgresql/data' 'ENV LANG=C.UTF-8' 'VOLUME /var/lib/postgresql/data' 'EXPOSE 5432' \
     'ENTRYPOINT ["postgres-entrypoint.sh"]' 'CMD ["postgres"]'
 
+# The official prometheus image's layout: the binary as entrypoint, data in /prometheus, run as its user
+# (compose's `monitoring` profile; Grafana is not in Debian, so that service needs a registry's image).
+BASE_HOOK='chroot "$1" install -d -o prometheus -g prometheus -m 0750 /prometheus' \
+    base "$PROMETHEUS_IMAGE" "prometheus" - \
+    'WORKDIR /prometheus' 'USER prometheus' 'VOLUME /prometheus' 'EXPOSE 9090' \
+    'ENTRYPOINT ["/usr/bin/prometheus"]' \
+    'CMD ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"]'
 cat > docker/local.env <<EOF
 # Written by docker/build-local.sh: compose.yaml on the images built here.
 COMPOSE_PROJECT_NAME=reward-farm
 FARM_PYTHON_BASE=$PYTHON_BASE
 FARM_REDIS_IMAGE=$REDIS_IMAGE
 FARM_POSTGRES_IMAGE=$POSTGRES_IMAGE
+FARM_PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE
 FARM_IMAGE=$FARM_IMAGE
 EOF
 

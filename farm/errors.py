@@ -7,7 +7,7 @@ from __future__ import annotations
 from farm.pipeline import InvalidInput, UnknownPipeline
 
 __all__ = ["InvalidInput", "UnknownPipeline", "BatchNotFound", "BatchConflict", "BatchClosed", "BatchFull",
-           "DuplicateRequest", "PayloadTooLarge", "FarmError", "FarmNotConfigured", "FarmUnavailable", "BatchLost",
+           "BatchAbandoned", "DuplicateRequest", "PayloadTooLarge", "FarmError", "FarmNotConfigured", "FarmUnavailable", "BatchLost",
            "Unauthorized", "LimitReached"]
 
 
@@ -25,6 +25,16 @@ class BatchClosed(InvalidInput):
     def __init__(self, message: str, state: str = "") -> None:
         super().__init__(message)
         self.state = state
+
+
+class BatchAbandoned(BatchClosed):
+    """The farm abandoned the batch: its trainer was silent (no submit, result wait or heartbeat) for longer than
+    the knob `abandon_after_s`, so its outstanding requests were cancelled. `silent_s` and `after_s` say how long."""
+
+    def __init__(self, message: str, silent_s: float | None = None, after_s: float | None = None) -> None:
+        super().__init__(message, state="abandoned")
+        self.silent_s = silent_s
+        self.after_s = after_s
 
 
 class BatchFull(InvalidInput):

@@ -17,6 +17,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "batch_deadline": ("batch", "estimated_at"),  # the planner's estimated completion time T (EBF key)
     "batch_completed": ("batch", "completed_at"),
     "batch_cancelled": ("batch", "cancelled_at"),
+    # cancelled by the farm: its trainer was silent for the knob abandon_after_s (farm.protocol.silence)
+    "batch_abandoned": ("batch", "abandoned_at"),
     "batch_sealed": ("batch", "size", "sealed_at"),  # takes no more requests: its size is what arrived
     "request_arrived": ("batch", "request", "arrived_at", "group", "stages"),
     # one per visited stage: queued (entered the stage's queue), started, finished, status, worker

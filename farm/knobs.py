@@ -53,10 +53,16 @@ class Knobs:
     policy: str = "distrs"
     tick_s: float = 1.0  # the planner's periodic decision beside batch events (decisions take milliseconds)
     stages: Mapping[str, StageKnobs] = field(default_factory=dict)  # by queue, "<pipeline>.<stage>"
+    # an open batch whose trainer is silent this long (no open, submit, seal, result wait or heartbeat) is
+    # abandoned: its outstanding requests are cancelled. 0 or None: never (a crashed trainer's batch then
+    # stays open, its requests queued and its demand planned for, until cancelled by hand)
+    abandon_after_s: float | None = 600.0
 
     def __post_init__(self) -> None:
         _positive("delay_s", self.delay_s, allow_zero=True)
         _positive("tick_s", self.tick_s)
+        if self.abandon_after_s is not None:
+            _positive("abandon_after_s", self.abandon_after_s, allow_zero=True)
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {self.scheduler!r}")
         if not isinstance(self.policy, str) or not self.policy:
@@ -64,6 +70,10 @@ class Knobs:
 
     def stage(self, queue: str) -> StageKnobs:
         return self.stages.get(queue, _NO_OVERRIDES)
+
+    def abandon_after(self) -> float | None:
+        """Seconds of a trainer's silence after which its open batch is abandoned; None: never."""
+        return float(self.abandon_after_s) if self.abandon_after_s else None
 
     def timeout_of(self, stage: Any) -> float:
         """A stage's effective timeout: the operator's override, else the stage's own. `stage` is
@@ -87,6 +97,7 @@ class Knobs:
             "scheduler": self.scheduler,
             "policy": self.policy,
             "tick_s": self.tick_s,
+            "abandon_after_s": self.abandon_after_s,
             "stages": {q: {f.name: getattr(k, f.name) for f in fields(k)} for q, k in sorted(self.stages.items())},
         }
 

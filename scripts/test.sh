@@ -66,6 +66,12 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 fi
 psql -h 127.0.0.1 -U postgres -d postgres -Atc 'select version()' | head -n1
 
+log "prometheus (the metrics tests scrape the farm with a real server)"
+# Debian's package; its service is not started here, each test runs a server of its own on a free port
+have prometheus && have promtool || apt_install prometheus
+prometheus --version 2>&1 | head -n1
+export FARM_REQUIRE_PROMETHEUS=1
+
 if [ -x docker/ci-engine.sh ]; then
     log "docker engine"
     docker/ci-engine.sh

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 from celery import Celery
 
@@ -22,7 +23,7 @@ from farm import events, registry
 from farm.celery_app import Tokens
 from farm.config import Settings
 from farm.knobs import Knobs
-from farm.pipeline import StageContext, StageOutcome, UnknownPipeline
+from farm.pipeline import InvalidInput, StageContext, StageOutcome, UnknownPipeline
 from farm.protocol.calls import advance_call, finish_call
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.keys import Keys
@@ -33,6 +34,16 @@ from workers.runner import next_stage, run_stage
 
 log = logging.getLogger(__name__)
 FALLBACK_TIMEOUT_S = 3600.0  # hard limit for tokens of a stage this process cannot look up
+
+
+def payload_of(raw: str) -> Any:
+    """A request's payload, decoded; InvalidInput when this process cannot decode it: JSON nested deeper than
+    the stack here allows, though the client's encoder took it (retried, it would fail every worker alike)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise InvalidInput("the payload is nested too deeply for the stage worker to decode: its arrays and "
+                           "objects nest close to a thousand levels") from None
 
 
 def timeout_for(queue: str, knobs: Knobs) -> float:
@@ -85,9 +96,14 @@ class StageWorker:
         self.hold = hold
         started = time.time()
         try:
-            ctx = StageContext(request_id, batch_id, task, json.loads(payload_raw), dict(state.carry), self.stage,
-                               knobs.timeout_of(self.stage), self.name, hold.stop.is_set)
-            outcome = run_stage(ctx)
+            try:
+                payload = payload_of(payload_raw)
+            except InvalidInput as exc:
+                outcome = StageOutcome(Status.INVALID_INPUT, message=str(exc))
+            else:
+                ctx = StageContext(request_id, batch_id, task, payload, dict(state.carry), self.stage,
+                                   knobs.timeout_of(self.stage), self.name, hold.stop.is_set)
+                outcome = run_stage(ctx)
         finally:
             self.hold = None
             self.last_active = time.monotonic()

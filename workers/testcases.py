@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from farm.pipeline import InvalidInput
+from workers.pipelines.common import shown, unicode_text
 
 
 class ProblemNotFound(InvalidInput):
@@ -71,7 +72,8 @@ class Problem:
         for i, c in enumerate(raw_cases):
             if not isinstance(c, Mapping) or not isinstance(c.get("output"), str) or not isinstance(c.get("input", ""), str):
                 raise InvalidInput(f"problem case {i} must be an object with string 'input' and 'output'")
-            cases.append(Case(c.get("input", ""), c["output"]))
+            cases.append(Case(unicode_text(c.get("input", ""), f"problem case {i} 'input'"),
+                              unicode_text(c["output"], f"problem case {i} 'output'")))
         test = d.get("test", "")
         entry = d.get("entry_point", "")
         if not isinstance(test, str) or not isinstance(entry, str) or bool(test) != bool(entry):
@@ -80,9 +82,11 @@ class Problem:
             raise InvalidInput("a problem needs 'cases' or a 'test' program")
         limit = d.get("time_limit_s", 2.0)
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= 60:
-            raise InvalidInput(f"problem 'time_limit_s' must be a number in (0, 60], not {limit!r}")
+            raise InvalidInput(f"problem 'time_limit_s' must be a number in (0, 60], not {shown(limit)}")
         pid = problem_id or d.get("id") or "inline"
-        return cls(str(pid), tuple(cases), str(d.get("prompt", "")), test, entry, float(limit))
+        prompt = unicode_text(str(d.get("prompt", "")), "problem 'prompt'")
+        return cls(str(pid), tuple(cases), prompt, unicode_text(test, "problem 'test'"),
+                   unicode_text(entry, "problem 'entry_point'"), float(limit))
 
 
 class Store(Protocol):
@@ -94,7 +98,7 @@ _ID = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 def check_id(problem_id: Any) -> str:
     if not isinstance(problem_id, str) or not _ID.match(problem_id) or ".." in problem_id.split("/"):
-        raise InvalidInput(f"problem id must be letters, digits, '_', '-', '.' and '/', not {problem_id!r}")
+        raise InvalidInput(f"problem id must be letters, digits, '_', '-', '.' and '/', not {shown(problem_id)}")
     return problem_id
 
 

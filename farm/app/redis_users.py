@@ -35,11 +35,13 @@ def rules(namespace: str, tenant_id: int, token_sha256: str) -> list[str]:
         # its own batches, and their pending-request lists in the stage queues
         f"~{ns}:b:{own}*", f"~{ns}:q:*:l:{own}*",
         # shared state the scripts write to: written, never read
-        f"%W~{ns}:q:*", f"%W~{ns}:events", f"%W~{ns}:batches", f"%W~{ns}:queues", f"%W~{ns}.*",
+        f"%W~{ns}:q:*", f"%W~{ns}:events", f"%W~{ns}:batches", f"%W~{ns}:seen", f"%W~{ns}:queues", f"%W~{ns}.*",
         # counters and the task -> pipeline index (a task keeps one pipeline): read to be updated
         f"~{ns}:seq", f"~{ns}:tokens", f"~{ns}:limits", f"~{ns}:tasks",
         f"%R~{ns}:knobs",
-        "-@all", "+@read", "+@write", "+@scripting", "+@connection", "+@transaction", "+publish", "-@dangerous",
+        # TIME: the scripts date a trainer's signs of life by Redis' clock (farm.protocol.silence)
+        "-@all", "+@read", "+@write", "+@scripting", "+@connection", "+@transaction", "+publish", "+time",
+        "-@dangerous",
     ]
 
 

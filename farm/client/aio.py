@@ -39,6 +39,7 @@ from farm.client.core import (
     refused_again,
     unpack_requests,
 )
+from farm.client.keepalive import KeepAlive
 from farm.client.transient import TRANSIENT
 from farm.config import Settings
 from farm.errors import BatchLost, BatchNotFound, FarmError, InvalidInput
@@ -53,8 +54,10 @@ from farm.protocol.calls import (
     set_estimate_call,
     sweep_call,
 )
+from farm.protocol.dispatch import Dispatch
 from farm.protocol.live import Progress, parse_progress
 from farm.protocol.scripts import SOURCES, Call
+from farm.protocol.silence import Touched, parse_touch, touch_call
 from farm.results import Result
 
 log = logging.getLogger(__name__)
@@ -133,14 +136,19 @@ class AsyncBatch(BatchHandle):
             for result in reader.feed(reply):
                 yield result
             if reader.ended:
+                c.let_go(self.id)
+                if reader.abandoned is not None:
+                    raise reader.abandoned
                 return
             if reader.sweep_due(time.monotonic()) or c.outages != outages:
                 outages = c.outages
-                await c.sweep()
-                if not await c.call(lambda r: r.exists(c.session.keys.batch(self.id))):
+                [touched] = await c.touch([self.id])  # waiting is a sign of life (before the sweep)
+                if touched.state == "unknown":
                     await self._restore()
                     reader.restart()
+                await c.sweep()
                 reader.swept(time.monotonic())
+        c.let_go(self.id)
 
     async def gather(self, timeout: float | None = None) -> list[Result]:
         """Every result in submission order (requests submitted by other handles follow in completion order)."""
@@ -181,7 +189,17 @@ class AsyncBatch(BatchHandle):
         except InvalidInput as exc:
             raise refused_again(self.id, exc) from exc
 
+    async def heartbeat(self) -> str:
+        """As `Batch.heartbeat`: a sign of life from this batch's trainer; its state, BatchAbandoned once the farm
+        abandoned it."""
+        [touched] = await self.client.touch([self.id])
+        if touched.state == "unknown":  # the farm lost it: open it again with what this handle holds
+            await self._restore()
+            return "open"
+        return touched.state_or_raise()
+
     async def cancel(self) -> str:
+        self.client.let_go(self.id)
         return await self.client.run(cancel_call(self.id, time.time()))
 
     async def seal(self) -> str:
@@ -238,10 +256,12 @@ class _LoopRedis:
 
 class AsyncRewardClient:
     """A trainer's asyncio connection to the farm; named as `RewardClient` is, refusing to start when no
-    farm is named. Concurrent callers share a bounded pool of connections per event loop."""
+    farm is named. Concurrent callers share a bounded pool of connections per event loop. As `RewardClient`, it
+    keeps the batches it opened or attached to alive while it is open, unless `keep_alive=False` (the gateway's:
+    there the tenant's own calls are its signs of life)."""
 
     def __init__(self, settings: Settings | None = None, *, redis_url: str | None = None,
-                 broker_url: str | None = None, namespace: str | None = None) -> None:
+                 broker_url: str | None = None, namespace: str | None = None, keep_alive: bool = True) -> None:
         self.settings = client_settings(settings, redis_url=redis_url, broker_url=broker_url, namespace=namespace)
         self.session = Session(self.settings)
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRedis] = weakref.WeakKeyDictionary()
@@ -249,6 +269,15 @@ class AsyncRewardClient:
         self.app = make_app(self.settings)
         self.tokens = Tokens(self.app, self.settings)
         self.outages = 0
+        # the keep-alive runs in a thread of its own, on blocking connections: it serves every event loop alike
+        self._blocking: Dispatch | None = None
+        self.keep_alive = KeepAlive(lambda ids: self._dispatch().touch(ids),
+                                    lambda: self._dispatch().knobs()) if keep_alive else None
+
+    def _dispatch(self) -> Dispatch:
+        if self._blocking is None:
+            self._blocking = Dispatch(self.settings)
+        return self._blocking
 
     def _conn(self) -> _LoopRedis:
         loop = asyncio.get_running_loop()
@@ -301,7 +330,19 @@ class AsyncRewardClient:
         return Opening(opening)
 
     async def batch(self, batch_id: str) -> AsyncBatch:
-        return AsyncBatch(self, BatchInfo.of(await self.progress(batch_id)))
+        progress = await self.progress(batch_id)
+        if self.keep_alive is not None and not progress.finished:
+            self.keep_alive.hold(progress.batch_id)
+        return AsyncBatch(self, BatchInfo.of(progress))
+
+    def let_go(self, batch_id: str) -> None:
+        """Keep a batch alive no longer (it ended, or its trainer is done with it)."""
+        if self.keep_alive is not None:
+            self.keep_alive.release(batch_id)
+
+    async def touch(self, batch_ids: list[str]) -> list[Touched]:
+        """A sign of life for these batches (farm ids) in one round trip."""
+        return parse_touch(await self.run(touch_call(batch_ids)), batch_ids)
 
     async def progress(self, batch_id: str) -> Progress:
         batch_id = self.session.batch_id(batch_id)
@@ -318,7 +359,7 @@ class AsyncRewardClient:
     async def sweep(self) -> int:
         if not self.session.sweeps:
             return 0
-        queues = list(await self.run(sweep_call()))
+        queues = list(await self.run(sweep_call((await self.knobs()).abandon_after())))
         if not self.session.lua_tokens:
             for queue in queues:
                 await self.wake(queue)
@@ -326,6 +367,10 @@ class AsyncRewardClient:
 
     async def close(self) -> None:
         """Close this loop's connections; those of loops already closed went with them."""
+        if self.keep_alive is not None:
+            self.keep_alive.close()
+        if self._blocking is not None:
+            self._blocking.close()
         conn = self._loops.pop(asyncio.get_running_loop(), None)
         if conn is not None:
             await conn.redis.aclose()

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from farm import registry
 from farm.config import Settings, from_env
-from farm.errors import BatchLost, FarmError, FarmNotConfigured, FarmUnavailable, InvalidInput
+from farm.errors import BatchAbandoned, BatchLost, FarmError, FarmNotConfigured, FarmUnavailable, InvalidInput
 from farm.knobs import Knobs
 from farm.pipeline import Pipeline
 from farm.protocol.calls import (
@@ -32,6 +32,7 @@ from farm.protocol.keys import Keys
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
 from farm.protocol.scripts import Call, argv, lua_tokens
+from farm.protocol.silence import ending
 from farm.results import Result
 
 log = logging.getLogger("farm.client")
@@ -281,6 +282,7 @@ class ResultReader:
         self.next_sweep = now + self.interval
         self.last, self.ended = "0-0", False
         self.got: set[str] = set()  # request ids with a result: a restored batch reports some of them again
+        self.abandoned: BatchAbandoned | None = None  # the end marker said the farm abandoned the batch
 
     @property
     def seen(self) -> int:
@@ -292,7 +294,7 @@ class ResultReader:
 
     def restart(self) -> None:
         """Read a restored batch's results from its start (those already handed out are skipped)."""
-        self.last, self.ended = "0-0", False
+        self.last, self.ended, self.abandoned = "0-0", False, None
 
     def next_read(self, now: float) -> Read:
         """The next read; TimeoutError, saying how many results are missing, once the caller's time is up."""
@@ -306,11 +308,16 @@ class ResultReader:
         """The results in a read's reply (those already finished come first, then as they finish)."""
         out = []
         for _, entries in reply or ():
-            for entry_id, result in done_entries(entries):
+            for entry_id, fields in entries:
                 self.last = entry_id
-                if result is None:
+                if "end" in fields:
                     self.ended = True
-                elif result.request_id not in self.got:
+                    self.abandoned = ending(self.batch_id, fields)
+                    continue
+                if "r" not in fields:
+                    continue
+                result = Result.from_dict(json.loads(fields["r"]))
+                if result.request_id not in self.got:
                     self.got.add(result.request_id)
                     out.append(result)
         return out

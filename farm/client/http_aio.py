@@ -64,6 +64,10 @@ class AsyncGatewayBatch:
     async def seal(self) -> str:
         return (await self.client.send(core.close_call(self.id, "seal")))["state"]
 
+    async def heartbeat(self) -> str:
+        """As `GatewayBatch.heartbeat`."""
+        return (await self.client.send(core.heartbeat_call(self.id)))["state"]
+
     async def progress(self) -> Progress:
         return await self.client.progress(self.id)
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 from farm.client.core import Outage
 from farm.config import Settings
 from farm.errors import (
+    BatchAbandoned,
     BatchClosed,
     BatchConflict,
     BatchFull,
@@ -35,6 +36,7 @@ POLL_S = 10.0  # the longest single long poll: the gateway answers sooner when a
 
 ERRORS: dict[str, type[Exception]] = {
     "BatchNotFound": BatchNotFound, "BatchConflict": BatchConflict, "BatchClosed": BatchClosed,
+    "BatchAbandoned": BatchAbandoned,
     "BatchFull": BatchFull, "DuplicateRequest": DuplicateRequest, "PayloadTooLarge": PayloadTooLarge,
     "TooLarge": PayloadTooLarge, "BodyRefused": InvalidInput, "Unauthenticated": Unauthorized,
 }
@@ -107,6 +109,11 @@ def groups_call(batch_id: str, after: int, wait_s: float) -> HttpCall:
 
 def close_call(batch_id: str, how: str) -> HttpCall:
     return HttpCall("POST", _path(batch_id, f"/{how}"))
+
+
+def heartbeat_call(batch_id: str) -> HttpCall:
+    """A sign of life from the batch's trainer (farm.protocol.silence)."""
+    return HttpCall("POST", _path(batch_id, "/heartbeat"))
 
 
 def progress_of(body: Mapping[str, Any]) -> Progress:

@@ -67,6 +67,11 @@ class GatewayBatch:
     def seal(self) -> str:
         return self.client.send(core.close_call(self.id, "seal"))["state"]
 
+    def heartbeat(self) -> str:
+        """A sign of life from this batch's trainer, for a step silent longer than the farm's abandon_after_s (a
+        wait on results is one too); the batch's state, BatchAbandoned once the farm abandoned it."""
+        return self.client.send(core.heartbeat_call(self.id))["state"]
+
     def progress(self) -> Progress:
         return self.client.progress(self.id)
 

@@ -32,6 +32,7 @@ from farm.client.core import (
     refused_again,
     unpack_requests,
 )
+from farm.client.keepalive import KeepAlive
 from farm.client.transient import TRANSIENT
 from farm.config import Settings
 from farm.errors import BatchLost, BatchNotFound, FarmError, InvalidInput
@@ -129,14 +130,19 @@ class Batch(BatchHandle):
             yield from reader.feed(c.call(c.dispatch.redis.xread, {read.key: read.after}, count=read.count,
                                           block=read.block_ms))
             if reader.ended:
+                c.let_go(self.id)
+                if reader.abandoned is not None:
+                    raise reader.abandoned
                 return
             if reader.sweep_due(time.monotonic()) or c.outages != outages:
                 outages = c.outages
-                c.sweep()
-                if not c.call(c.dispatch.redis.exists, c.session.keys.batch(self.id)):
+                [touched] = c.call(c.dispatch.touch, [self.id])  # waiting is a sign of life (before the sweep)
+                if touched.state == "unknown":
                     self._restore()
                     reader.restart()
+                c.sweep()
                 reader.swept(time.monotonic())
+        c.let_go(self.id)
 
     def gather(self, timeout: float | None = None) -> list[Result]:
         """Every result of the batch in submission order (requests submitted by other handles follow in
@@ -180,9 +186,22 @@ class Batch(BatchHandle):
         except InvalidInput as exc:
             raise refused_again(self.id, exc) from exc
 
+    def heartbeat(self) -> str:
+        """A sign of life from this batch's trainer. The farm abandons a batch whose trainer is silent (no submit,
+        result wait or heartbeat) for the knob `abandon_after_s`; the client's keep-alive sends these while this
+        process lives (unless the client was made with `keep_alive=False`). Returns the batch's state;
+        BatchAbandoned once the farm abandoned it."""
+        [touched] = self.client.call(self.client.dispatch.touch, [self.id])
+        if touched.state == "unknown":  # the farm lost it: open it again with what this handle holds
+            self._restore()
+            return "open"
+        return touched.state_or_raise()
+
     def cancel(self) -> str:
         """Drop pending requests and give every unfinished one a `cancelled` result (running stages are
-        told to stop). Returns the batch's state: 'cancelled', or 'completed' when it was already done."""
+        told to stop). Returns the batch's state: 'cancelled', 'completed' when it was already done, or
+        'abandoned' when the farm had ended it (its trainer silent too long)."""
+        self.client.let_go(self.id)
         return self.client.call(self.client.dispatch.run, cancel_call(self.id, time.time()))
 
     def seal(self) -> str:
@@ -217,10 +236,12 @@ def cancel_quietly(batch: Batch, exc: BaseException | None) -> None:
 class RewardClient:
     """A trainer's connection to the farm (thread-safe; one per process is enough). Names the farm by
     `settings`, or the environment's (FARM_REDIS_URL, or an embedded farm found through FARM_DATA_DIR), with
-    `redis_url`/`namespace` overriding either; refuses to start when no farm is named."""
+    `redis_url`/`namespace` overriding either; refuses to start when no farm is named. While the client is open
+    it keeps the batches it opened or attached to alive (`farm.client.keepalive`); `keep_alive=False` leaves
+    that to submits, result waits and `Batch.heartbeat()`."""
 
     def __init__(self, settings: Settings | None = None, *, redis_url: str | None = None,
-                 broker_url: str | None = None, namespace: str | None = None) -> None:
+                 broker_url: str | None = None, namespace: str | None = None, keep_alive: bool = True) -> None:
         self.settings = client_settings(settings, redis_url=redis_url, broker_url=broker_url, namespace=namespace)
         self.session = Session(self.settings)
         pool = redis_lib.BlockingConnectionPool.from_url(self.settings.redis_url, decode_responses=True,
@@ -229,6 +250,7 @@ class RewardClient:
         self.app = make_app(self.settings)
         self.tokens = Tokens(self.app, self.settings)
         self.outages = 0  # outages ridden through: a reader checks its batch survived each one
+        self.keep_alive = KeepAlive(self.dispatch.touch, self.dispatch.knobs) if keep_alive else None
 
     def send(self, call: Call, soon: bool = False) -> "list | Pending":
         """Run a script call; `soon`: send it now and read the answer later (`Pending`), so the caller can
@@ -276,7 +298,15 @@ class RewardClient:
 
     def batch(self, batch_id: str) -> Batch:
         """Attach to an existing batch by id (BatchNotFound if there is none)."""
-        return Batch(self, BatchInfo.of(self.call(self.dispatch.progress, self.session.batch_id(batch_id))))
+        progress = self.call(self.dispatch.progress, self.session.batch_id(batch_id))
+        if self.keep_alive is not None and not progress.finished:
+            self.keep_alive.hold(progress.batch_id)
+        return Batch(self, BatchInfo.of(progress))
+
+    def let_go(self, batch_id: str) -> None:
+        """Keep a batch alive no longer (it ended, or its trainer is done with it)."""
+        if self.keep_alive is not None:
+            self.keep_alive.release(batch_id)
 
     def set_estimate(self, batch_id: str, estimated_at: float) -> bool:
         return self.call(self.dispatch.set_estimate, self.session.batch_id(batch_id), estimated_at)
@@ -295,6 +325,8 @@ class RewardClient:
         return len(queues)
 
     def close(self) -> None:
+        if self.keep_alive is not None:
+            self.keep_alive.close()
         self.dispatch.close()
         self.app.close()
 

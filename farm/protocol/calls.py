@@ -25,6 +25,7 @@ from farm.protocol.scripts import (
     CANCEL,
     COMPLETE,
     HEARTBEAT,
+    LAPSE,
     OPEN,
     PICK,
     SEAL,
@@ -34,6 +35,7 @@ from farm.protocol.scripts import (
     SWEEP,
     Call,
 )
+from farm.protocol.silence import ABANDON_LIMIT, abandoned
 from farm.protocol.state import RequestState
 from farm.protocol.tokens import hard_limit
 from farm.results import Result, Status
@@ -57,6 +59,8 @@ def canonical_json(payload: Any) -> str:
         return _CANONICAL.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"payload is not JSON-serialisable: {exc}") from exc
+    except RecursionError:  # a refusal like any other, not an error of the client's own
+        raise InvalidInput("payload is not JSON-serialisable: its arrays and objects nest too deeply") from None
 
 
 def check_batch_id(batch_id: Any) -> str:
@@ -214,6 +218,8 @@ def parse_submit(reply: list, batch_id: str, request_id: str) -> str:
         raise BatchNotFound(f"no batch {batch_id!r}; open it first")
     if kind == "conflict":
         raise DuplicateRequest(f"request {request_id!r} of batch {batch_id!r} was already submitted with a different payload")
+    if kind == "closed" and reply[1] == "abandoned":
+        raise abandoned(batch_id, *reply[2:4])
     if kind == "closed":
         raise BatchClosed(f"batch {batch_id!r} is {reply[1]}; it takes no more requests", state=reply[1])
     if kind == "full":
@@ -249,13 +255,22 @@ def set_estimate_call(batch_id: str, estimated_at: float) -> Call:
     return SET_ESTIMATE.call(batch=batch_id, key=stamp(estimated_at), deadline_event=event)
 
 
-def sweep_call() -> Call:
-    return SWEEP.call(reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS))
+def sweep_call(abandon_after_s: float | None) -> Call:
+    """Give lapsed leases back, and abandon the batches whose trainer was silent `abandon_after_s` (the knob's
+    `Knobs.abandon_after()`; None: never)."""
+    return SWEEP.call(reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS),
+                      abandon_after_s=stamp(abandon_after_s) if abandon_after_s else "0",
+                      abandon_limit=str(ABANDON_LIMIT))
 
 
 def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: str) -> Call:
     return PICK.call(queue=queue, mode=scheduler, worker=worker, lease_s=str(lease_s), token=token,
                      reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS))
+
+
+def lapse_call(worker: str, queue: str) -> Call:
+    """The lease `worker` holds at `queue`, if any, lapses now: its backend saw it die."""
+    return LAPSE.call(worker=worker, queue=queue)
 
 
 def heartbeat_call(token: str, lease_s: float, batch_id: str) -> Call:

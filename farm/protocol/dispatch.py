@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import redis as redis_lib
 
@@ -20,6 +21,7 @@ from farm.protocol.calls import (
 from farm.protocol.keys import Keys
 from farm.protocol.live import LiveState, Progress, inspect, parse_progress
 from farm.protocol.scripts import SOURCES, Call, argv, lua_tokens
+from farm.protocol.silence import Touched, parse_touch, touch_call
 from farm.results import Status
 
 
@@ -57,9 +59,15 @@ class Dispatch:
         return self.run(cancel_call(check_batch_id(batch_id), time.time() if now is None else now))
 
     def sweep(self) -> list[str]:
-        """Give lapsed leases back; returns one stage queue per request put back (each needs a token
-        unless `lua_tokens`: then the script published them)."""
-        return list(self.run(sweep_call()))
+        """Give lapsed leases back and abandon the batches whose trainer went silent (the live knob
+        `abandon_after_s`); returns one stage queue per request put back (each needs a token unless
+        `lua_tokens`: then the script published them)."""
+        return list(self.run(sweep_call(self.knobs().abandon_after())))
+
+    def touch(self, batch_ids: Sequence[str]) -> list[Touched]:
+        """A sign of life from the trainer of these batches (farm.protocol.silence), in one round trip."""
+        ids = [check_batch_id(b) for b in batch_ids]
+        return parse_touch(self.run(touch_call(ids)), ids) if ids else []
 
     def progress(self, batch_id: str) -> Progress:
         return parse_progress(batch_id, self.redis.hgetall(self.keys.batch(batch_id)))

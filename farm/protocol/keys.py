@@ -17,11 +17,13 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.ns = namespace
         self.batches = f"{namespace}:batches"
+        self.seen = f"{namespace}:seen"  # open batches by their trainer's last sign of life (farm.protocol.silence)
         self.queues = f"{namespace}:queues"
         self.leases = f"{namespace}:leases"
         self.events = events.stream_key(namespace)
         self.epochs = f"{namespace}:epochs"
         self.knobs = redis_key(namespace)
+        self.counters = f"{namespace}:counters"  # farm.protocol.counters
 
     def batch(self, batch_id: str, part: str = "") -> str:
         return f"{self.ns}:b:{batch_id}{part}"

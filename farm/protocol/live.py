@@ -22,22 +22,23 @@ class Progress:
     size: int
     arrived: int
     done: int
-    state: str  # open, completed or cancelled
+    state: str  # open, completed, cancelled or abandoned (farm.protocol.silence)
     opened_at: float
     key: float  # the EBF key: estimated completion time, the open time until the planner sets one
     group_size: int | None = None
+    seen_at: float | None = None  # an open batch's last sign of life from its trainer, where it was read
 
     @property
     def finished(self) -> bool:
         return self.state != "open"
 
 
-def parse_progress(batch_id: str, h: Mapping[str, str]) -> Progress:
+def parse_progress(batch_id: str, h: Mapping[str, str], seen_at: float | None = None) -> Progress:
     if not h:
         raise BatchNotFound(f"no batch {batch_id!r}")
     return Progress(batch_id, h["task"], h["pipeline"], int(h["size"]), int(h["arrived"]), int(h["done"]),
                     h["state"], float(h["opened_at"]), float(h["key"]),
-                    int(h["group_size"]) if h.get("group_size") else None)
+                    int(h["group_size"]) if h.get("group_size") else None, seen_at)
 
 
 @dataclass(frozen=True)
@@ -93,16 +94,26 @@ class LiveState:
     stages: Mapping[str, QueueState]
 
 
+def inspect_batches(redis, settings: Settings) -> tuple[Progress, ...]:
+    """The active batches' progress, with when each was last seen alive, by open time (one round trip after
+    listing them)."""
+    k = Keys(settings.namespace)
+    ids = redis.zrange(k.batches, 0, -1)
+    pipe = redis.pipeline(transaction=False)
+    for bid in ids:
+        pipe.hgetall(k.batch(bid))
+    pipe.zrange(k.seen, 0, -1, withscores=True)
+    *hashes, seen = pipe.execute()
+    seen_at = {(b.decode() if isinstance(b, bytes) else b): float(t) for b, t in seen}
+    return tuple(parse_progress(bid, h, seen_at.get(bid)) for bid, h in zip(ids, hashes) if h)
+
+
 def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None) -> LiveState:
     """A consistent-enough snapshot of the live farm for `farm status` and the planner daemon."""
     k = Keys(settings.namespace)
     now = time.time() if now is None else now
     knobs = from_json(redis.get(k.knobs))
-    ids = redis.zrange(k.batches, 0, -1)
-    pipe = redis.pipeline(transaction=False)
-    for bid in ids:
-        pipe.hgetall(k.batch(bid))
-    batches = tuple(parse_progress(bid, h) for bid, h in zip(ids, pipe.execute()) if h)
+    batches = inspect_batches(redis, settings)
     names = sorted(set(queues) if queues is not None else set(redis.smembers(k.queues)))
     stages = {}
     for q in names:
@@ -133,3 +144,39 @@ def inspect(redis, settings: Settings, queues: list[str] | None = None, now: flo
         stages[q] = QueueState(q, tuple(pending), tuple(sorted(running, key=lambda r: r.started_at)), workers)
     return LiveState(now, knobs.scheduler, batches, stages)
 
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """One stage queue in counts only (what the metrics scrape every few seconds: no entry is read)."""
+
+    queue: str
+    pending: int
+    running: int
+    workers: int  # registered and seen within the lease time
+
+
+def depths(redis, settings: Settings, now: float | None = None) -> dict[str, QueueDepth]:
+    """Per stage queue, how many requests wait and run and how many workers serve it, in two round trips."""
+    k = Keys(settings.namespace)
+    now = time.time() if now is None else now
+    scheduler = from_json(redis.get(k.knobs)).scheduler
+    names = sorted(redis.smembers(k.queues))
+    pipe = redis.pipeline(transaction=False)
+    for q in names:
+        pipe.zrange(k.queue(q, scheduler), 0, -1)
+        pipe.hlen(k.queue(q, "busy"))
+        pipe.hgetall(k.queue(q, "seen"))
+    replies = pipe.execute()
+    pipe = redis.pipeline(transaction=False)
+    for i, q in enumerate(names):
+        for bid in replies[3 * i]:
+            pipe.llen(k.queue(q, f"l:{bid}"))
+    lengths = iter(pipe.execute())
+    out = {}
+    for i, q in enumerate(names):
+        order, running, seen = replies[3 * i: 3 * i + 3]
+        pending = sum(next(lengths) for _ in order)
+        alive = sum(1 for t in seen.values() if now - float(t) <= settings.lease_s)
+        out[q] = QueueDepth(q, pending, int(running), alive)
+    return out

@@ -127,3 +127,15 @@ def resource_seconds(usage: Sequence[StageUsage]) -> dict[str, float]:
 def consumption(usage: Sequence[StageUsage]) -> float:
     """Resource consumption: sum over stages of C_j x allocated_j."""
     return sum(u.cost * u.allocated_s for u in usage)
+
+
+def allocated_totals(engine: Engine, now: float) -> dict[str, float]:
+    """Per stage, the worker-seconds allocated from the first life up to `now`, in one aggregate (the metrics
+    scrape it: a counter, never decreasing while lives are kept). As `allocated_seconds`, from placement."""
+    until = func.coalesce(func.least(Worker.retired_at, now), now) if engine.dialect.name == "postgresql" \
+        else func.coalesce(func.min(Worker.retired_at, now), now)
+    span = until - Worker.placed_at
+    query = (select(Worker.stage, func.sum(case((span > 0, span), else_=0.0)))
+             .where(Worker.placed_at.is_not(None)).group_by(Worker.stage))
+    with engine.connect() as conn:
+        return {stage: float(total or 0.0) for stage, total in conn.execute(query)}

@@ -26,7 +26,8 @@ _KEYS = {"batch", "request", "task"}
 _STRINGS = {"pipeline": 64, "worker": 200, "stage": 130, "status": 32, "outcome": 32, "backend": 32}
 _UNBOUNDED = {"group", "message"}  # a group is naturally the prompt: many kB, and no index on it
 _OPTIONAL_STRINGS = {"group", "outcome", "message", "backend"}
-_TIMES = {"opened_at", "estimated_at", "completed_at", "cancelled_at", "sealed_at", "arrived_at", "at", "finished_at"}
+_TIMES = {"opened_at", "estimated_at", "completed_at", "cancelled_at", "abandoned_at", "sealed_at", "arrived_at", "at",
+          "finished_at"}
 _OPTIONAL_TIMES = {"queued_at", "started_at"}  # a stage cut short before it ran has no start
 _STAGE_DONE_OPTIONAL = {"finished_at"}
 SAME_LIFE_S = 5.0  # worker-life times from different hosts (backend, worker) may disagree by this much
@@ -164,6 +165,8 @@ def apply_events(conn: Connection, events: list[dict[str, Any]]) -> None:
             batches.setdefault(e["batch"], {})["completed_at"] = e["completed_at"]
         elif kind == "batch_cancelled":
             batches.setdefault(e["batch"], {})["cancelled_at"] = e["cancelled_at"]
+        elif kind == "batch_abandoned":  # cancelled by the farm: whatever leaves cancelled batches out, leaves it out
+            batches.setdefault(e["batch"], {}).update(cancelled_at=e["abandoned_at"], abandoned_at=e["abandoned_at"])
         elif kind == "batch_sealed":  # a window closed by time: the requests that arrived are the batch
             batches.setdefault(e["batch"], {})["size"] = e["size"]
         elif kind == "request_arrived":

@@ -20,9 +20,11 @@ from farm.pipeline import UnknownPipeline
 from farm.store.engine import StoreError
 from farm.store.models import KnobsVersion
 
-GLOBAL_KNOBS = {"delay_s": "number", "tick_s": "number", "scheduler": "text", "policy": "text"}
+GLOBAL_KNOBS = {"delay_s": "number", "tick_s": "number", "scheduler": "text", "policy": "text",
+                "abandon_after_s": "seconds or never"}
 STAGE_KNOBS = {"cost": "optional number", "timeout_s": "optional number", "min_workers": "count", "max_workers": "count"}
 _DEFAULT_WORDS = ("default", "none", "")
+_NEVER_WORDS = ("never", "none", "off")
 
 
 class KnobError(ValueError):
@@ -97,6 +99,10 @@ def _parse(name: str, kind: str, raw: str):
         return text
     if kind == "optional number" and text.lower() in _DEFAULT_WORDS:
         return None
+    if kind == "seconds or never" and text.lower() in _NEVER_WORDS:
+        return None
+    if kind == "seconds or never" and text.lower() == "default":
+        return getattr(Knobs(), name)
     if kind == "count":
         try:
             return int(text)
@@ -105,7 +111,8 @@ def _parse(name: str, kind: str, raw: str):
     try:
         value = float(text)
     except ValueError:
-        hint = " (or 'default' for the pipeline's own value)" if kind == "optional number" else ""
+        hint = {"optional number": " (or 'default' for the pipeline's own value)",
+                "seconds or never": " of seconds, or 'never'"}.get(kind, "")
         raise KnobError(f"{name} must be a number{hint}, not {raw!r}") from None
     if not math.isfinite(value):
         raise KnobError(f"{name} must be a finite number, not {raw!r}")

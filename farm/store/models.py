@@ -46,6 +46,8 @@ class Batch(Base):
     first_arrival_at: Mapped[float | None] = mapped_column(Double)
     completed_at: Mapped[float | None] = mapped_column(Double)
     cancelled_at: Mapped[float | None] = mapped_column(Double)
+    # set with cancelled_at when the farm, not the trainer, cancelled it: its trainer went silent (abandon_after_s)
+    abandoned_at: Mapped[float | None] = mapped_column(Double)
     estimated_at: Mapped[float | None] = mapped_column(Double)  # the planner's latest estimate (the EBF key)
     earliest_at: Mapped[float | None] = mapped_column(Double)  # T
     extra_delay_s: Mapped[float | None] = mapped_column(Double)  # d = completed_at - T, >= 0

@@ -185,3 +185,23 @@ def decisions(engine: Engine, start: float | None = None, end: float | None = No
         rows = conn.execute(query.order_by(Decision.at, Decision.id)).all()
     return [DecisionRecord(d.at, d.reason, d.policy, d.workers, d.runtime_s, d.estimates, d.details, id=d.id)
             for d in rows]
+
+
+def batch_labels(engine: Engine, batch_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """batch id -> (task, pipeline) for the batches the store knows (the metrics label by them)."""
+    if not batch_ids:
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(select(Batch.id, Batch.task, Task.pipeline).join(Task, Task.name == Batch.task)
+                            .where(Batch.id.in_(list(batch_ids))))
+        return {b: (task, pipeline) for b, task, pipeline in rows}
+
+
+def completed_delays(engine: Engine, batch_ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+    """batch id -> (task, extra delay d) of those of the batches that completed with a d."""
+    if not batch_ids:
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(select(Batch.id, Batch.task, Batch.extra_delay_s)
+                            .where(Batch.id.in_(list(batch_ids)), Batch.extra_delay_s.is_not(None)))
+        return {b: (task, float(d)) for b, task, d in rows}

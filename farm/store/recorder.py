@@ -4,6 +4,11 @@ Exactly-once by construction: the id of the last entry written is stored in the 
 the rows (table `recorder_offsets`, row locked while a chunk is written), so a restart resumes after
 it and neither loses nor duplicates; the writes are idempotent upserts besides. What is committed is
 then trimmed from the stream. A bad entry is logged and skipped, never retried forever.
+
+While the store is down the stream buffers; the recorder says how far behind it is, warns from half the
+stream's cap and, once the cap drops entries it had not recorded, logs an error and counts the overflow
+(`farm.protocol.counters`) for `farm status` and the metrics. After a commit, `on_recorded` sees the events
+written (the metrics count them there, once each).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import redis as redis_lib
 from sqlalchemy import Engine, select, update
@@ -19,6 +24,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
 from farm.config import Settings
 from farm.events import decode, stream_key
+from farm.protocol import counters
+from farm.protocol.scripts import EVENTS_MAXLEN
+from farm.protocol.stream import WARN_FILL, StreamHealth, health
 from farm.store.engine import StoreError
 from farm.store.ingest import BadEvent, _insert, apply_events, clean
 from farm.store.models import RecorderOffset
@@ -26,6 +34,7 @@ from farm.store.models import RecorderOffset
 log = logging.getLogger(__name__)
 
 START = "0-0"
+CHECK_EVERY_S = 5.0  # how often the stream's fill is looked at (and, when high, logged)
 
 
 def next_id(entry_id: str) -> str:
@@ -54,6 +63,8 @@ class Recorder:
         chunk: int = 2000,
         block_ms: int = 1000,
         trim: bool = True,
+        on_recorded: Callable[[list[dict[str, Any]]], Any] | None = None,
+        cap: int = EVENTS_MAXLEN,
     ) -> None:
         self._owns_redis = redis is None
         if redis is None:
@@ -68,9 +79,15 @@ class Recorder:
         self.chunk = chunk
         self.block_ms = block_ms
         self.trim = trim
+        self.on_recorded = on_recorded
+        self.cap = cap  # the stream's cap, as the farm's emitters trim it
+        self.namespace = settings.namespace
         self.consumed = 0  # entries taken off the stream, skipped ones included
         self.skipped = 0
         self._last: str | None = None  # the committed offset, once this recorder has seen it
+        self._checked_at = float("-inf")
+        self._overflowing = False  # an overflow episode is under way (counted once, at its start)
+        self.stream_health: StreamHealth | None = None  # as last checked
 
     # ------------------------------------------------------------ offsets
 
@@ -105,14 +122,17 @@ class Recorder:
                 log.warning("history entry %s of %s skipped: %s", _str(entry_id), self.stream, exc)
         return good
 
-    def _write_one_by_one(self, events: list[tuple[str, dict[str, Any]]], last: str) -> None:
-        """After a chunk failed in the database: write its events singly, skipping the ones that fail."""
+    def _write_one_by_one(self, events: list[tuple[str, dict[str, Any]]], last: str) -> list[dict[str, Any]]:
+        """After a chunk failed in the database: write its events singly, skipping the ones that fail; the
+        events written."""
+        written = []
         for entry_id, event in events:
             try:
                 with self.engine.begin() as conn:
                     self._lock_offset(conn)
                     apply_events(conn, [event])
                     self._save_offset(conn, entry_id)
+                written.append(event)
             except OperationalError:
                 raise
             except (StatementError, DBAPIError) as exc:
@@ -121,6 +141,7 @@ class Recorder:
         with self.engine.begin() as conn:
             self._lock_offset(conn)
             self._save_offset(conn, last)
+        return written
 
     def drain_chunk(self) -> int:
         """Record up to `chunk` entries after the saved offset; the number taken off the stream."""
@@ -133,7 +154,8 @@ class Recorder:
                     self._last = after
                     return 0
                 events = self._decode(entries)
-                apply_events(conn, [event for _, event in events])
+                written = [event for _, event in events]
+                apply_events(conn, written)
                 last = _str(entries[-1][0])
                 self._save_offset(conn, last)
         except OperationalError:
@@ -143,12 +165,49 @@ class Recorder:
                 raise
             log.warning("a chunk of %s failed in the store (%s); writing its entries one by one", self.stream, exc)
             last = _str(entries[-1][0])
-            self._write_one_by_one(events, last)
+            written = self._write_one_by_one(events, last)
         self._last = last
         self.consumed += len(entries)
+        self._recorded(written)
         if self.trim:
             self.redis.xtrim(self.stream, minid=next_id(last), approximate=False)
         return len(entries)
+
+    def _recorded(self, events: list[dict[str, Any]]) -> None:
+        if self.on_recorded is None or not events:
+            return
+        try:
+            self.on_recorded(events)
+        except Exception:  # what watches the history never stops it being written
+            log.warning("the recorder's on_recorded hook failed", exc_info=True)
+
+    def check_stream(self, now: float | None = None) -> StreamHealth:
+        """Look at the stream's fill; warn when it is high, and loudly when the cap drops unrecorded entries
+        (an error every check while it lasts, one overflow counted per episode)."""
+        now = time.time() if now is None else now
+        found = health(self.redis, self.namespace, now=now, cap=self.cap)
+        self.stream_health, self._checked_at = found, now
+        if found.at_cap:
+            lost = f"after {self._last} " if self._last else ""
+            if not self._overflowing:
+                counters.record_overflow(self.redis, self.namespace, at=now,
+                                         lost_before=found.oldest_id, lost_after=self._last)
+            log.error("history LOST: %s is at its cap of %d entries while the recorder is behind (oldest %.0f s old): "
+                      "unrecorded entries %sbefore %s were dropped, and more go with every new one. Bring the history "
+                      "store back (or start the recorder) so the stream drains.", self.stream, found.cap,
+                      found.oldest_age_s, lost, found.oldest_id)
+        elif found.fill >= WARN_FILL:
+            log.warning("the recorder is behind: %s holds %d of at most %d entries (oldest %.0f s old); past the "
+                        "cap the oldest are lost", self.stream, found.length, found.cap, found.oldest_age_s)
+        self._overflowing = found.at_cap
+        return found
+
+    def _maybe_check(self) -> None:
+        if time.time() - self._checked_at >= CHECK_EVERY_S:
+            try:
+                self.check_stream()
+            except redis_lib.RedisError as exc:
+                log.warning("could not read the fill of %s: %s", self.stream, exc)
 
     def run_once(self) -> int:
         """Drain everything in the stream now; the number of entries taken."""
@@ -163,6 +222,7 @@ class Recorder:
         """Drain until `stop` is set; a store or Redis outage is logged and retried, never fatal."""
         pending = True
         while not stop.is_set():
+            self._maybe_check()
             try:
                 if pending and self.drain_chunk() >= self.chunk:
                     continue
@@ -170,7 +230,9 @@ class Recorder:
                 after = self._last or self.last_id()
                 pending = bool(self.redis.xread({self.stream: after}, count=1, block=self.block_ms))
             except (OperationalError, redis_lib.RedisError) as exc:
-                log.warning("recorder of %s: %s; retrying in %.0f s", self.stream, exc, retry_s)
+                behind = self.stream_health
+                lag = f" ({behind.length} entries waiting in the stream)" if behind is not None else ""
+                log.warning("recorder of %s: %s; retrying in %.0f s%s", self.stream, exc, retry_s, lag)
                 pending = True
                 stop.wait(retry_s)
 

@@ -23,6 +23,7 @@ from farm import registry
 from farm.knobs import Knobs
 from farm.protocol.keys import Keys
 from farm.protocol.live import inspect
+from farm.protocol.silence import silent
 from farm.protocol.state import RequestState
 from farm.store import queries
 from farm.store.models import Batch, Task, Worker
@@ -243,7 +244,10 @@ class LiveFarm:
                 for r in st.running:
                     running.setdefault(r.batch, {})[r.id] = (index[q], r.started_at)
                     busy[r.worker] = r.started_at
-            progress = [b for b in live.batches if b.pipeline == name and b.state == "open"]
+            # a batch whose trainer is past its allowed silence is planned for no more, even before a sweep
+            # abandons it (farm.protocol.silence); once abandoned it has left the active set
+            progress = [b for b in live.batches if b.pipeline == name and b.state == "open"
+                        and not silent(b.seen_at, knobs.abandon_after(), now)]
             pipe = self.redis.pipeline(transaction=False)
             for b in progress:
                 pipe.hgetall(keys.batch(b.batch_id, ":req"))

@@ -17,6 +17,7 @@ import redis as redis_lib
 from farm import registry
 from farm.config import Settings, redis_url
 from farm.knobs import Knobs, from_json, redis_key
+from farm.protocol import counters
 from farm.protocol.dispatch import Dispatch
 from farm.store.decisions import DecisionRecord, save_decision
 from farm.store.engine import open_store
@@ -108,15 +109,21 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
     view = LiveFarm(settings, client, engine, pipelines=pipelines, backend=kind,
                     startup_s=STARTUP_S.get(kind, 2.0) if startup_s is None else startup_s)
 
+    targets: dict[str, int] = {}  # per stage queue, the pool its pipeline's last decision asked for
+
     def on_step(records: list[DecisionRecord]) -> None:
         tick = knobs().tick_s
         now = time.time()
         startups = {q: {"count": st.count, "median_s": st.median_s, "plan_s": st.plan_s, "max_s": st.max_s}
                     for q, st in view.startups(now).items()}  # `farm status` shows them
+        if records:
+            targets.update({q: int(n) for r in records for q, n in r.workers.items()})
         client.set(heartbeat, json.dumps({"pid": os.getpid(), "at": now, "backend": kind, "decisions": len(records),
                                           "startup_s": view.startup_s, "startups": startups,
-                                          "pools": pool_report(daemon.workers)}),
+                                          "pools": pool_report(daemon.workers), "targets": targets}),
                    px=int(max(3 * tick, 5.0) * 1000))
+        # every decision made, quiet ticks included: the metrics' planner_decision_seconds
+        counters.observe_decisions(client, settings.namespace, [r.runtime_s for r in records])
 
     daemon = Daemon(view=view, backend=backend, decide=decide, knobs=knobs,
                     set_estimate=dispatch.set_estimate, record=record, seed=seed, cold_workers=cold_workers,

@@ -102,7 +102,7 @@ def test_the_farm_image_judges_python_and_cpp_in_its_sandbox(stack):
 
 
 @pytest.mark.parametrize("stack", ["v2"], indirect=True)  # the image, not the compose
-def test_a_tenant_made_in_the_stack_reaches_its_gateway_and_flower_answers(stack):
+def test_a_tenant_made_in_the_stack_reaches_its_gateway_and_flower_and_the_metrics_answer(stack):
     made = stack.compose("exec", "-T", "gateway", "farm", "tenants", "create", "trainer-1", "--json")
     token = json.loads(made.stdout)["token"]
     ping = urllib.request.Request(f"http://127.0.0.1:{stack.ports['gateway']}/v1/ping",
@@ -111,6 +111,35 @@ def test_a_tenant_made_in_the_stack_reaches_its_gateway_and_flower_answers(stack
         assert reply.status == 200
     with urllib.request.urlopen(f"http://127.0.0.1:{stack.ports['flower']}/healthcheck", timeout=30) as reply:
         assert reply.status == 200
+    # the recorder's endpoint, as the stack's Prometheus scrapes it
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.ports['metrics']}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    assert "farm_redis_up 1.0" in text and "farm_history_store_up 1.0" in text and "farm_planner_up 1.0" in text
+
+
+@pytest.mark.parametrize("stack", ["v2"], indirect=True)  # the monitoring files, not the compose
+def test_the_stacks_prometheus_scrapes_the_recorder_and_loads_the_farms_alert_rules(stack):
+    stack.compose("--profile", "monitoring", "up", "-d", "--no-build", "prometheus")
+    api = f"http://127.0.0.1:{stack.ports['prometheus']}/api/v1"
+
+    def read(path: str) -> dict:
+        with urllib.request.urlopen(f"{api}/{path}", timeout=10) as reply:
+            return json.loads(reply.read())["data"]
+
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            up = read("query?query=farm_redis_up")["result"]
+            if up and up[0]["value"][1] == "1":
+                break
+        except OSError:  # Prometheus still starting
+            pass
+        assert time.monotonic() < deadline, stack.compose("logs", "--tail", "30", "prometheus", check=False).stdout
+        time.sleep(1)
+    [target] = read("targets")["activeTargets"]
+    assert (target["labels"]["job"], target["health"]) == ("reward-farm", "up")
+    alerts = {r["name"] for g in read("rules")["groups"] for r in g["rules"]}
+    assert {"FarmExtraDelayOverD", "FarmRecorderLagging", "FarmHistoryLost", "FarmWorkersPending"} <= alerts
 
 
 def test_the_local_postgres_image_refuses_a_new_cluster_without_a_password(images):

@@ -46,10 +46,16 @@ def test_the_embedded_farm_serves_a_batch_and_records_its_history(tmp_path):
         assert row.size == 3 and row.task == "task-a" and row.extra_delay_s >= 0
 
 
-def test_farm_up_serves_clients_that_find_it_on_their_own_and_stops_on_sigterm(tmp_path):
+def test_farm_up_serves_clients_that_find_it_on_their_own_and_its_metrics_and_stops_on_sigterm(tmp_path):
+    import httpx
+
+    from tests.support.redis_server import free_port
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
     env["FARM_DATA_DIR"] = str(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "farm.app.cli", "up", "--flower-port", "0"], env=env,
+    metrics_port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "farm.app.cli", "up", "--flower-port", "0",
+                             "--metrics-port", str(metrics_port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         eventually(lambda: (tmp_path / ENDPOINT_FILE).exists(), 60, what="farm up to publish its endpoint")
@@ -60,6 +66,14 @@ def test_farm_up_serves_clients_that_find_it_on_their_own_and_stops_on_sigterm(t
             batch.submit("a", {"times": [0.05, 0.05]})
             batch.submit("b", {"times": [0.05, 0.0]})
             assert sorted(r.status for r in batch.gather(timeout=60)) == [Status.OK, Status.OK]
+        assert json.loads((tmp_path / ENDPOINT_FILE).read_text())["metrics_url"] == \
+            f"http://127.0.0.1:{metrics_port}/metrics"
+
+        def scraped():
+            text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+            return 'farm_results_total{pipeline="synthetic",status="ok"} 2.0' in text and text
+
+        assert "farm_history_store_up 1.0" in eventually(scraped, 30, what="the results in the embedded metrics")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, out

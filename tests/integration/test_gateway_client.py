@@ -4,13 +4,16 @@ the gateway's URL and its token, the batch API of the Redis client, against a re
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
+import redis
 
 from farm.client.http_aio import AsyncGatewayClient
 from farm.client.http_sync import GatewayClient
-from farm.errors import BatchClosed, BatchNotFound, InvalidInput, LimitReached, Unauthorized
+from farm.errors import BatchAbandoned, BatchClosed, BatchNotFound, InvalidInput, LimitReached, Unauthorized
+from farm.knobs import Knobs, redis_key
 from farm.results import Status
 from farm.store.tenants import TenantLimits, create_tenant
 from tests.integration.gateway_support import running_gateway
@@ -113,3 +116,21 @@ def test_the_async_client_does_the_same_on_any_event_loop(gateway, token):
     async def close():
         await client.close()
     asyncio.run(close())
+
+
+def test_a_silent_tenants_batch_is_abandoned_while_its_heartbeats_keep_another_alive(gateway, token, settings):
+    redis.Redis.from_url(settings.redis_url).set(redis_key(settings.namespace),
+                                                 json.dumps(Knobs(abandon_after_s=1.5).to_dict()))
+    with GatewayClient(gateway, token) as farm:
+        kept, left = farm.open_batch("kept", "synthetic", 2), farm.open_batch("left", "synthetic", 2)
+        left.submit("r0", QUICK)
+        deadline = time.monotonic() + 15
+        while left.progress().state == "open":  # the worker's sweeps abandon it once it is 1.5 s silent
+            assert time.monotonic() < deadline, "the silent batch was never abandoned"
+            assert kept.heartbeat() == "open"
+            time.sleep(0.5)
+        assert left.progress().state == "abandoned" and kept.heartbeat() == "open"
+        with pytest.raises(BatchAbandoned, match="abandoned by the farm"):
+            left.heartbeat()
+        with pytest.raises(BatchAbandoned, match="abandoned by the farm"):
+            left.submit("r1", QUICK)

@@ -46,6 +46,8 @@ def snapshot(r: redis.Redis, namespace: str) -> dict:
             value = sorted(r.hgetall(key).items())  # a hash keeps no order
         elif kind == "list":
             value = r.lrange(key, 0, -1)
+        elif kind == "zset" and key.endswith(":seen"):
+            value = r.zrange(key, 0, -1)  # scored by Redis' clock at each call (farm.protocol.silence)
         elif kind == "zset":
             value = r.zrange(key, 0, -1, withscores=True)
         elif kind == "set":

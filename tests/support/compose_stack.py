@@ -73,7 +73,8 @@ class Stack:
     def __post_init__(self) -> None:
         self.namespace = self.project
         self.network = f"{self.project}-net"
-        self.ports = {name: free_port() for name in ("redis", "postgres", "gateway", "flower")}
+        self.ports = {name: free_port() for name in ("redis", "postgres", "gateway", "flower", "metrics",
+                                                      "prometheus")}
         self.env = {
             **os.environ, **self.images,
             "COMPOSE_PROJECT_NAME": self.project,
@@ -84,6 +85,8 @@ class Stack:
             "FARM_POSTGRES_PORT": str(self.ports["postgres"]),
             "FARM_GATEWAY_PORT": str(self.ports["gateway"]),
             "FARM_FLOWER_PORT": str(self.ports["flower"]),
+            "FARM_METRICS_PORT": str(self.ports["metrics"]),
+            "FARM_PROMETHEUS_PORT": str(self.ports["prometheus"]),
             "FARM_DOCKER_LIMITS": json.dumps({"gpu": {"gpus": 0}}),  # synthetic.execute on a machine without GPUs
             **self.extra_env,
         }
@@ -145,7 +148,9 @@ class Stack:
         self.compose("stop", "planner", timeout_s=timeout_s)
         self.compose("run", "--rm", "--no-deps", "planner", "farm", "planner", "--backend", "docker",
                      "--retire-all", "--retire-wait-s", "120", timeout_s=timeout_s)
-        done = self.compose("down", "--volumes", "--remove-orphans", timeout_s=timeout_s, check=False)
+        # the monitoring profile's services too, where a test started them
+        done = self.compose("--profile", "monitoring", "down", "--volumes", "--remove-orphans", timeout_s=timeout_s,
+                            check=False)
         if done.returncode != 0:
             if "has active endpoints" in done.stderr and not self.network_containers() and not any(
                     self.leftovers()[kind] for kind in ("containers", "volumes")):
@@ -160,7 +165,7 @@ class Stack:
             ids = _docker("ps", "-aq", "--filter", f"label={label}").split()
             if ids:
                 _docker("rm", "-f", "--volumes", *ids, check=False)
-        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "1", check=False)
+        self.compose("--profile", "monitoring", "down", "--volumes", "--remove-orphans", "--timeout", "1", check=False)
         if self.network in _docker("network", "ls", "--format", "{{.Name}}").split():
             _docker("network", "rm", self.network, check=False)
         volumes = _docker("volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={self.project}").split()

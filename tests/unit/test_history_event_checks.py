@@ -18,6 +18,7 @@ def test_a_well_formed_event_of_every_kind_passes():
         "batch_deadline": dict(batch="b", estimated_at=2.0),
         "batch_completed": dict(batch="b", completed_at=3.0),
         "batch_cancelled": dict(batch="b", cancelled_at=3.0),
+        "batch_abandoned": dict(batch="b", abandoned_at=3.0),
         "batch_sealed": dict(batch="b", size=3, sealed_at=2.0),
         "request_arrived": dict(batch="b", request="r", arrived_at=1.5, group=None, stages=["compile"]),
         "stage_done": dict(batch="b", request="r", stage="compile", queued_at=1.5, started_at=None,

@@ -40,7 +40,7 @@ from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code, guess_language
 from workers.judge.function import judge
-from workers.pipelines.common import compiled, contained, tail, text_field, unpack_binary
+from workers.pipelines.common import compiled, contained, shown, tail, text_field, unpack_binary
 from workers.testcases import Case, Problem, check_id, fetch
 
 LANGUAGES = ("python", "cpp")
@@ -61,10 +61,10 @@ def plan(payload: Mapping[str, Any]) -> Plan | None:
     response = text_field(payload, "response")
     language = payload.get("language")
     if language is not None and language not in LANGUAGES:
-        raise InvalidInput(f"code 'language' must be one of {LANGUAGES}, not {language!r}")
+        raise InvalidInput(f"code 'language' must be one of {LANGUAGES}, not {shown(language)}")
     mode = payload.get("reward", "all")
     if mode not in ("all", "fraction"):
-        raise InvalidInput(f"code 'reward' must be 'all' or 'fraction', not {mode!r}")
+        raise InvalidInput(f"code 'reward' must be 'all' or 'fraction', not {shown(mode)}")
     problem_id, inline = payload.get("problem"), payload.get("tests")
     if (problem_id is None) == (inline is None):
         raise InvalidInput("code payload needs exactly one of 'problem' (an id) and 'tests' (the problem inline)")

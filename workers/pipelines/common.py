@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import math
+import reprlib
 from typing import Any, Callable, Mapping
 
 from farm.pipeline import InvalidInput, StageContext, StageOutcome
@@ -19,6 +21,39 @@ from workers import sandbox
 
 BINARY_CAP = 16 * sandbox.MiB
 TAIL = 2000  # characters of compiler or program output kept in a message
+
+_SHOWN = reprlib.Repr()  # a payload's value in a message: bounded however long or deeply nested it is
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong, _SHOWN.maxlevel = 80, 80, 40, 3
+SHOWN_CHARS = 200
+
+
+def shown(value: Any) -> str:
+    """A payload's value as a refusal shows it: its repr, cut short (a message never carries the payload back)."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
+def finite(value: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else (a bool, NaN, an integer past the floats)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def unicode_text(value: str, what: str) -> str:
+    """`value`, refused unless UTF-8 can write it: a lone surrogate (JSON's "\\ud800") is no text, and the
+    sandbox hands a request's text to programs as UTF-8 files and stdin."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInput(f"{what} is not valid Unicode text: it holds a lone surrogate "
+                               f"({value[exc.start]!r} at character {exc.start})") from None
+    return value
 
 
 def text_field(payload: Mapping[str, Any], name: str, *, required: bool = True, default: str = "") -> str:
@@ -29,15 +64,16 @@ def text_field(payload: Mapping[str, Any], name: str, *, required: bool = True, 
         return default
     if not isinstance(value, str):
         raise InvalidInput(f"payload {name!r} must be a string, not {type(value).__name__}")
-    return value
+    return unicode_text(value, f"payload {name!r}")
 
 
 def number_field(payload: Mapping[str, Any], name: str, default: float, *, low: float = 0.0,
                  high: float = float("inf")) -> float:
     value = payload.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise InvalidInput(f"payload {name!r} must be a number in [{low:g}, {high:g}], not {value!r}")
-    return float(value)
+    number = finite(value)
+    if number is None or not low <= number <= high:
+        raise InvalidInput(f"payload {name!r} must be a number in [{low:g}, {high:g}], not {shown(value)}")
+    return number
 
 
 def tail(data: bytes | str, limit: int = TAIL) -> str:

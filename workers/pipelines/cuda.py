@@ -48,7 +48,7 @@ from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code
-from workers.pipelines.common import compiled, contained, number_field, tail, text_field, unpack_binary
+from workers.pipelines.common import compiled, contained, finite, number_field, shown, tail, text_field, unpack_binary
 from workers.pipelines.cuda_harness import build, harness_problem
 from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_record
 
@@ -69,16 +69,18 @@ def _code(payload: Mapping[str, Any]) -> str | None:
 def _flags(payload: Mapping[str, Any]) -> list[str]:
     flags = payload.get("nvcc_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) and _FLAG.match(f) for f in flags):
-        raise InvalidInput(f"cuda 'nvcc_flags' must be a list of allowed flags ({_FLAG.pattern}), not {flags!r}")
+        raise InvalidInput(f"cuda 'nvcc_flags' must be a list of allowed flags ({_FLAG.pattern}), not {shown(flags)}")
     return flags
 
 
 def expected_of(payload: Mapping[str, Any]) -> list[float] | str:
     expected = payload.get("expected_output")
     if isinstance(expected, list):
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in expected):
-            raise InvalidInput("cuda 'expected_output' as a list must hold only numbers")
-        return [float(x) for x in expected]
+        numbers = [finite(x) for x in expected]
+        if None in numbers:
+            raise InvalidInput(f"cuda 'expected_output' as a list must hold only finite numbers, not "
+                               f"{shown(expected[numbers.index(None)])}")
+        return numbers
     if isinstance(expected, str):
         numbers = _numbers(expected)
         return numbers if numbers is not None and numbers else expected

@@ -39,7 +39,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Mapping
 
-from farm.pipeline import Admission, Pipeline, Stage, StageContext, StageOutcome
+from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_answer, final_answers
@@ -52,7 +52,7 @@ LIMITS = sandbox.Limits(memory_bytes=2 * sandbox.GiB, nproc=4, output_bytes=1 * 
 def _reference(payload: Mapping[str, Any]) -> str:
     reference = text_field(payload, "answer")
     if not reference.strip():
-        raise ValueError("math 'answer' (the reference) is empty")
+        raise InvalidInput("math 'answer' (the reference) is empty")
     return reference
 
 

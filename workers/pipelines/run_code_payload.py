@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from farm.pipeline import InvalidInput
 from workers import sandbox
+from workers.pipelines.common import unicode_text
 
 # SandboxFusion's RunCodeRequest.language (sandbox_fusion/models.py `Language`)
 SANDBOX_FUSION_LANGUAGES = (
@@ -73,7 +74,8 @@ def read(payload: Mapping[str, Any]) -> Run:
     stdin = payload.get("stdin")
     if stdin is not None and not isinstance(stdin, str):
         raise InvalidInput(f"'stdin' must be a string or null, not {_kind(stdin)}")
-    return Run(language, code, (stdin or "").encode(), timeout(payload, "compile_timeout"),
+    unicode_text(code, "'code'")
+    return Run(language, code, unicode_text(stdin or "", "'stdin'").encode(), timeout(payload, "compile_timeout"),
                timeout(payload, "run_timeout"), memory_bytes(payload), files(payload, PROGRAM_FILES.get(language, ())),
                fetch_files(payload))
 
@@ -105,6 +107,7 @@ def relative_path(path: Any, what: str) -> str:
     if not isinstance(path, str) or not 1 <= len(path) <= MAX_PATH or "\0" in path:
         raise InvalidInput(f"{what} {path!r:.100} must be a path of 1-{MAX_PATH} characters without NUL")
     parts = [p for p in path.split("/") if p not in ("", ".")]
+    unicode_text(path, f"{what} {path!r:.100}")
     if path.startswith("/"):
         raise InvalidInput(f"{what} {path!r:.100} is absolute: it must be relative, inside the working directory")
     if ".." in parts:

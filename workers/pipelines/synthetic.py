@@ -8,12 +8,12 @@ timeout is cut at the timeout and reported as `timeout` at that stage, as the re
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Mapping, Sequence
 
 from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
+from workers.pipelines.common import finite, shown
 
 # The CUDA reward service of the paper (§3, Figure 6): compile on CPUs (120 s timeout), execute on a GPU (60 s).
 DEFAULT_STAGES = (
@@ -31,7 +31,8 @@ def stage_times(payload: Mapping[str, Any], stage_names: Sequence[str]) -> list[
     if isinstance(raw, Mapping):
         unknown = sorted(set(raw) - set(stage_names))
         if unknown:
-            raise InvalidInput(f"synthetic payload names unknown stages {unknown}; stages are {list(stage_names)}")
+            raise InvalidInput(f"synthetic payload names unknown stages {shown(unknown)}; "
+                               f"stages are {list(stage_names)}")
         values = [raw.get(name, 0.0) for name in stage_names]
     elif isinstance(raw, (list, tuple)):
         if len(raw) != len(stage_names):
@@ -42,18 +43,19 @@ def stage_times(payload: Mapping[str, Any], stage_names: Sequence[str]) -> list[
     times = []
     for name, value in zip(stage_names, values):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InvalidInput(f"synthetic time for stage {name!r} must be a number of seconds, not {value!r}")
-        if not math.isfinite(value) or value < 0:
-            raise InvalidInput(f"synthetic time for stage {name!r} must be finite and >= 0, not {value!r}")
-        times.append(float(value))
+            raise InvalidInput(f"synthetic time for stage {name!r} must be a number of seconds, not {shown(value)}")
+        seconds = finite(value)
+        if seconds is None or seconds < 0:
+            raise InvalidInput(f"synthetic time for stage {name!r} must be finite and >= 0, not {shown(value)}")
+        times.append(seconds)
     return times
 
 
 def _reward(payload: Mapping[str, Any]) -> float:
-    reward = payload.get("reward", 1.0)
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-        raise InvalidInput(f"synthetic 'reward' must be a finite number, not {reward!r}")
-    return float(reward)
+    reward = finite(payload.get("reward", 1.0))
+    if reward is None:
+        raise InvalidInput(f"synthetic 'reward' must be a finite number, not {shown(payload.get('reward'))}")
+    return reward
 
 
 def make(name: str = "synthetic", stages: Sequence[Mapping[str, Any]] = DEFAULT_STAGES) -> Pipeline:

@@ -58,6 +58,8 @@ def _show(knobs: Knobs, as_json: bool) -> None:
     table.add_row("scheduler", knobs.scheduler)
     table.add_row("policy", knobs.policy)
     table.add_row("tick_s", f"{knobs.tick_s:g}")
+    after = knobs.abandon_after()
+    table.add_row("abandon_after_s", "never" if after is None else f"{after:g}")
     console = Console()
     console.print(table)
     if not knobs.stages:
@@ -113,8 +115,8 @@ def show(obj, as_json: bool) -> None:
 @json_option
 @click.pass_obj
 def set_(obj, assignments: tuple[str, ...], stage: str | None, as_json: bool) -> None:
-    """Set knobs: `delay_s=3 scheduler=fcfs`, or with --stage QUEUE `timeout_s=30 max_workers=8`
-    (cost/timeout_s=default restores the pipeline's own value)."""
+    """Set knobs: `delay_s=3 scheduler=fcfs abandon_after_s=900` (or `=never`), or with --stage QUEUE
+    `timeout_s=30 max_workers=8` (cost/timeout_s=default restores the pipeline's own value)."""
     store = _store(obj["database_url"], obj["redis_url"])
     try:
         updated = apply_assignments(_load(store), assignments, stage=stage)

@@ -1,6 +1,7 @@
 """`farm status`: per stage queued / running / workers (starting, pending, per node) and the start-up its
 workers take, per active batch progress n/B and estimated T. Start-ups come from the planner daemon's heartbeat (it reads them from the
-worker lives in the store): with no daemon running there is none to show."""
+worker lives in the store): with no daemon running there is none to show. Below: what waits for the
+recorder in the history stream, loudly when its cap drops history."""
 
 from __future__ import annotations
 
@@ -14,11 +15,23 @@ from rich.table import Table
 
 from farm.app.cli.common import require_redis, settings_options
 from farm.knobs import from_json, redis_key
+from farm.protocol import counters
 from farm.protocol.live import inspect
+from farm.protocol.stream import WARN_FILL
+from farm.protocol.stream import health as stream_health
 from planner.runtime.service import planner_alive
 
 
-def status_report(live, knobs, planner: dict | None = None) -> dict:
+def history_report(stream, counted) -> dict:
+    """The recorder's side: what waits in the history stream, and any history its cap dropped."""
+    return {
+        "waiting": stream.length, "cap": stream.cap, "oldest_age_s": round(stream.oldest_age_s, 3),
+        "at_cap": stream.at_cap, "overflows": counted.history_overflows, "lost_at": counted.history_lost_at,
+        "lost_ids": counted.history_lost,
+    }
+
+
+def status_report(live, knobs, planner: dict | None = None, history: dict | None = None) -> dict:
     """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
     startups = (planner or {}).get("startups") or {}
     pools = (planner or {}).get("pools") or {}
@@ -41,6 +54,7 @@ def status_report(live, knobs, planner: dict | None = None) -> dict:
     return {
         "now": live.now,
         "planner": planner,
+        "history": history,
         "scheduler": live.scheduler,
         "delay_s": knobs.delay_s,
         "policy": knobs.policy,
@@ -76,11 +90,12 @@ def status(settings, as_json):
         live = inspect(client, settings, now=time.time())
         knobs = from_json(client.get(redis_key(settings.namespace)))
         planner = planner_alive(client, settings.namespace)
+        history = history_report(stream_health(client, settings.namespace), counters.read(client, settings.namespace))
     except redis.ConnectionError as exc:
         raise click.ClickException(f"cannot reach the farm's Redis at {settings.redis_url}: {exc}") from exc
     finally:
         client.close()
-    report = status_report(live, knobs, planner)
+    report = status_report(live, knobs, planner, history)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -114,3 +129,20 @@ def status(settings, as_json):
         batches.add_row(b["batch"], b["task"], b["pipeline"], f"{b['done']}/{b['size']}", str(b["arrived"]),
                         _relative(b["estimated_at"], report["now"]))
     console.print(batches if report["batches"] else "no active batch")
+    _print_history(console, report["history"], report["now"])
+
+
+def _print_history(console: Console, h: dict, now: float) -> None:
+    waiting = f"{h['waiting']} of at most {h['cap']} events"
+    if h["at_cap"]:
+        console.print(f"[bold red]history stream AT ITS CAP ({waiting}): unrecorded history is being lost[/]; "
+                      "bring the history database back or start the recorder")
+    elif h["waiting"] >= WARN_FILL * h["cap"]:
+        console.print(f"[bold yellow]recorder behind[/]: {waiting} wait (oldest {h['oldest_age_s']:.0f} s); past the "
+                      "cap the oldest are lost")
+    else:
+        console.print(f"history: {waiting} wait for the recorder (oldest {h['oldest_age_s']:.1f} s)")
+    if h["overflows"]:
+        upto = f" (stream ids {h['lost_ids']})" if h["lost_ids"] else ""
+        console.print(f"[bold red]history LOST {h['overflows']} time(s)[/], last {_relative(h['lost_at'], now)}{upto}: "
+                      "the stream's cap dropped events the recorder had not written")

@@ -13,6 +13,7 @@ from farm import registry
 from farm.app.cli.common import settings_options
 from farm.app.embedded import EmbeddedFarm
 from farm.app.leftovers import FarmRunning
+from farm.app.metrics import MetricsUnavailable
 from farm.config import Settings, read_endpoint
 from farm.pipeline import UnknownPipeline
 from planner.backends import BackendError
@@ -54,6 +55,8 @@ def how_clients_find_it(settings: Settings) -> str:
               help="Fixed workers per stage (without the planner).")
 @click.option("--stage-workers", multiple=True, metavar="QUEUE=N", help="Workers of one stage, e.g. synthetic.execute=4.")
 @click.option("--flower-port", type=click.IntRange(0, 65535), default=5555, show_default=True, help="0: no Flower.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=9464, show_default=True,
+              help="The Prometheus endpoint on 127.0.0.1 (served by the recorder); 0: none.")
 @click.option("--planner/--no-planner", default=False, show_default=True,
               help="Let the planner daemon size the pools instead of fixed workers.")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -61,7 +64,7 @@ def how_clients_find_it(settings: Settings) -> str:
 @click.option("--ray-address", default=None,
               help="ray backend: the cluster, HOST:PORT or ray://HOST:PORT (default: a cluster running on this "
                    "machine, else a head of its own that stops with the farm).")
-def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, planner, backend, ray_address):
+def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, metrics_port, planner, backend, ray_address):
     """Run a farm: embedded Redis and SQLite history unless URLs are given, local stage workers, Flower."""
     other = read_endpoint(settings.data_dir)
     if other:
@@ -76,7 +79,8 @@ def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, plann
         raise click.UsageError("--ray-address is an option of the ray backend (--backend ray)")
     options = {"address": ray_address} if ray_address else {}
     farm = EmbeddedFarm(settings, pipelines=pipelines, workers_per_stage=workers_per_stage,
-                        workers=_stage_counts(stage_workers), flower_port=flower_port or None, planner=planner,
+                        workers=_stage_counts(stage_workers), flower_port=flower_port or None,
+                        metrics_port=metrics_port or None, planner=planner,
                         backend_kind=backend, backend_options=options)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -86,6 +90,8 @@ def up(settings, pipelines, workers_per_stage, stage_workers, flower_port, plann
             _serve(farm, planner, stop)
     except (FarmRunning, BackendError, TimeoutError) as exc:  # one starting here; no cluster; workers not ready
         raise click.ClickException(str(exc)) from exc
+    except MetricsUnavailable as exc:
+        raise click.ClickException(f"{exc}; pass another --metrics-port, or 0 for none") from exc
 
 
 def _serve(farm: EmbeddedFarm, planner: bool, stop: threading.Event) -> None:
@@ -94,6 +100,7 @@ def _serve(farm: EmbeddedFarm, planner: bool, stop: threading.Event) -> None:
     click.echo(f"history   {s.database_url or 'sqlite under ' + str(s.data_dir)}")
     click.echo(f"namespace {s.namespace}")
     click.echo(f"flower    {farm.flower_url or 'off'}")
+    click.echo(f"metrics   {farm.metrics_url or 'off'}")
     click.echo(f"stages    {', '.join(farm.stage_queues)}")
     click.echo(f"planner   {'on' if planner else 'off (fixed pools)'}")
     if not planner:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 
 from farm.client.aio import AsyncRewardClient
@@ -14,6 +15,7 @@ from farm.client.core import MAX_BLOCK_S, READ_COUNT, done_entries
 from farm.results import Result
 
 log = logging.getLogger(__name__)
+TOUCH_EVERY_S = 5.0  # how often a batch callers wait on is touched (farm.protocol.silence)
 
 
 class _Watch:
@@ -53,9 +55,13 @@ class ResultHub:
 
     async def _follow(self, batch_id: str, watch: _Watch) -> None:
         key, last = self.client.session.keys.batch(batch_id, ":done"), "0-0"
+        touched = float("-inf")
         try:
             # a watch lives while someone waits; what it read stays for callers that come meanwhile
             while watch.waiters and not watch.ended:
+                if time.monotonic() - touched >= TOUCH_EVERY_S:  # callers waiting on it: its trainers are alive
+                    await self.client.touch([batch_id])
+                    touched = time.monotonic()
                 reply = await self.client.call(
                     lambda r: r.xread({key: last}, count=READ_COUNT, block=int(MAX_BLOCK_S * 1000)))
                 for _, entries in reply or ():

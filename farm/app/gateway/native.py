@@ -1,6 +1,7 @@
 """The native API, for trainers in any language: open a batch (the hint that rollout started), submit
 (one or many, idempotent by request id), read results (long poll or a stream), completed groups,
-cancel, seal and status. Every path is the tenant's: another tenant's batch is a 404 like a missing one.
+cancel, seal, heartbeat and status. Every path is the tenant's: another tenant's batch is a 404 like a
+missing one.
 """
 
 from __future__ import annotations
@@ -107,6 +108,14 @@ async def groups(batch_id: str, after: int = Query(0, ge=0), wait_s: float = Que
 async def cancel(batch_id: str, c: Caller = Depends(caller), g: Gateway = Depends(gateway)) -> Closed:
     """Cancel the batch: its outstanding requests finish as cancelled."""
     return Closed(batch_id=batch_id, state=await g.cancel(c, batch_id))
+
+
+@router.post("/{batch_id}/heartbeat", response_model=Closed)
+async def heartbeat(batch_id: str, c: Caller = Depends(caller), g: Gateway = Depends(gateway)) -> Closed:
+    """A sign of life from the batch's trainer: the farm abandons a batch whose trainer is silent (no submit,
+    results or groups read, or heartbeat) for the knob abandon_after_s. Answers the batch's state; 409
+    (BatchAbandoned) once the farm abandoned it."""
+    return Closed(batch_id=batch_id, state=await g.heartbeat(c, batch_id))
 
 
 @router.post("/{batch_id}/seal", response_model=Closed)

@@ -49,7 +49,7 @@ class BatchStatus(BaseModel):
     size: int
     arrived: int
     done: int
-    state: str = Field(description="open, completed or cancelled")
+    state: str = Field(description="open, completed, cancelled, or abandoned (its trainer was silent too long)")
     opened_at: float
     group_size: int | None = None
 

@@ -21,6 +21,7 @@ from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, don
 from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
+from farm.protocol.silence import Touched
 from farm.results import Result
 from farm.store.tenants import Tenant
 
@@ -49,6 +50,9 @@ class Page:
 
 class Gateway:
     def __init__(self, client: AsyncRewardClient, directory: Directory, settings: GatewaySettings) -> None:
+        if client.keep_alive is not None:  # a tenant's batch lives by the tenant's own calls, not by this process
+            client.keep_alive.close()
+            client.keep_alive = None
         self.client, self.directory, self.settings = client, directory, settings
         self.hub = ResultHub(client)
         self._limits: Limits | None = None
@@ -105,6 +109,18 @@ class Gateway:
         batch = await self.client.batch(caller.scope.batch(batch_id))
         return await batch.cancel()
 
+    async def heartbeat(self, caller: Caller, batch_id: str) -> str:
+        """A sign of life from the tenant's trainer (farm.protocol.silence): the batch's state; BatchAbandoned
+        once the farm abandoned it."""
+        return (await self._touch(caller.scope.batch(batch_id))).state_or_raise()
+
+    async def _touch(self, farm_id: str) -> Touched:
+        """A tenant reading or waiting on its batch is alive; BatchNotFound when there is no such batch."""
+        [touched] = await self.client.touch([farm_id])
+        if touched.state == "unknown":
+            raise BatchNotFound(f"no batch {farm_id!r}")  # not this tenant's, never opened, or expired
+        return touched
+
     async def seal(self, caller: Caller, batch_id: str) -> str:
         batch = await self.client.batch(caller.scope.batch(batch_id))
         return await batch.seal()
@@ -116,17 +132,9 @@ class Gateway:
         if not _CURSOR.match(cursor):
             raise InvalidInput(f"cursor must be '0-0' or a cursor this API returned, not {cursor!r:.100}")
         farm_id = caller.scope.batch(batch_id)
-        keys = self.client.session.keys
-        key = keys.batch(farm_id, ":done")
-
-        async def first(r):  # the batch's state and what is there already, in one round trip
-            pipe = r.pipeline(transaction=False)
-            pipe.hget(keys.batch(farm_id), "state")
-            pipe.xread({key: cursor}, count=limit)
-            return await pipe.execute()
-        state, reply = await self.client.call(first)
-        if state is None:
-            raise BatchNotFound(f"no batch {farm_id!r}")  # not this tenant's, never opened, or expired
+        key = self.client.session.keys.batch(farm_id, ":done")
+        await self._touch(farm_id)  # the batch's existence, and a sign of life from its trainer
+        reply = await self.client.call(lambda r: r.xread({key: cursor}, count=limit))
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.settings.max_wait_s)
         while True:
             out, complete = [], False  # the end marker follows the last result: complete once it is read
@@ -149,6 +157,7 @@ class Gateway:
         `wait_s` for more than `after` of them; and whether the batch has ended."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.settings.max_wait_s)
         farm_id = caller.scope.batch(batch_id)
+        await self._touch(farm_id)
         while True:
             done, ended = await self._completed_groups(farm_id)
             if len(done) > after or ended or time.monotonic() >= deadline:

@@ -96,14 +96,20 @@ end
 local BATCH_PARTS = {'', ':req', ':payload', ':res', ':done', ':groups', ':lease', ':att'}
 local TTL_S = 86400
 
--- A batch leaves the active set: completed (every result is in) or cancelled.
-local function close_batch(bid, state, at)
+-- A sign of life from the trainer of an open batch (farm.protocol.silence): the batch's time in `<P>:seen`, on
+-- Redis' clock, so trainers' clocks do not matter.
+local function touch(bid) redis.call('ZADD', P .. ':seen', now(), bid) end
+
+-- A batch leaves the active set: completed (every result is in), cancelled by its trainer or abandoned by the
+-- farm. `ending`: more fields for the end marker of its done stream (what a returning trainer is told).
+local function close_batch(bid, state, at, ending)
   local b = P .. ':b:' .. bid
   redis.call('HSET', b, 'state', state, 'closed_at', at)
   redis.call('ZREM', P .. ':batches', bid)
+  redis.call('ZREM', P .. ':seen', bid)
   emit('{"kind":"batch_' .. state .. '","batch":' .. cjson.encode(bid) .. ',"' .. state .. '_at":' .. at .. '}')
   redis.call('PUBLISH', P .. ':epochs', '{"kind":"completed","state":"' .. state .. '","batch":' .. cjson.encode(bid) .. ',"at":' .. at .. '}')
-  redis.call('XADD', b .. ':done', '*', 'end', state)
+  redis.call('XADD', b .. ':done', '*', 'end', state, unpack(ending or {}))
   for _, part in ipairs(BATCH_PARTS) do redis.call('EXPIRE', b .. part, TTL_S) end
 end
 
@@ -140,6 +146,46 @@ local function finish_here(bid, rid, status, message, stage, at, record, may_com
   return finish(bid, rid, cjson.encode(result), cjson.encode(event), at, may_complete)
 end
 
+-- End an open batch before all its results are in (`state`: 'cancelled' by its trainer, 'abandoned' by the farm):
+-- its pending requests leave the queues and every unfinished one gets a `cancelled` result now with `message`
+-- (a running one's late completion is discarded).
+local function end_early(bid, state, message, at, ending)
+  local b = P .. ':b:' .. bid
+  redis.call('HSET', b, 'state', 'cancelling')
+  for _, q in ipairs(split(redis.call('HGET', b, 'queues'), ',')) do drop_from_queue(q, bid) end
+  for _, rid in ipairs(redis.call('HKEYS', b .. ':req')) do
+    if redis.call('HEXISTS', b .. ':res', rid) == 0 then
+      finish_here(bid, rid, 'cancelled', message, nil, at, nil, false)
+    end
+  end
+  close_batch(bid, state, at, ending)
+end
+
+-- Abandon up to `limit` open batches whose trainer has been silent for `after_s` seconds (0: never). Any number
+-- of sweepers may run it: a batch ends once, and one that already ended only leaves the index.
+local function abandon_silent(after_s, limit)
+  if not after_s or after_s <= 0 then return 0 end
+  local t = now()
+  local found = redis.call('ZRANGEBYSCORE', P .. ':seen', '-inf', t - after_s, 'WITHSCORES', 'LIMIT', 0, limit)
+  local n = 0
+  for i = 1, #found, 2 do
+    local bid = found[i]
+    local b = P .. ':b:' .. bid
+    if redis.call('HGET', b, 'state') == 'open' then
+      local silent = string.format('%.0f', t - tonumber(found[i + 1]))
+      local after = string.format('%.15g', after_s)
+      redis.call('HSET', b, 'silent_s', silent, 'abandon_after_s', after)
+      local message = 'batch abandoned: no submit, result wait or heartbeat from its trainer for ' .. silent
+        .. ' s (abandon_after_s ' .. after .. ')'
+      end_early(bid, 'abandoned', message, tostring(t), {'silent_s', silent, 'abandon_after_s', after})
+      n = n + 1
+    else
+      redis.call('ZREM', P .. ':seen', bid)
+    end
+  end
+  return n
+end
+
 -- Leases whose holder stopped heartbeating go back to the head of their batch's FIFO; a request
 -- that has lost `max_att` workers fails alone as infra_error instead of killing workers forever.
 local function reclaim(limit, max_att)
@@ -159,6 +205,7 @@ local function reclaim(limit, max_att)
       if redis.call('HGET', b .. ':lease', rid) == tok then
         redis.call('HDEL', b .. ':lease', rid)
         if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. ':res', rid) == 0 then
+          redis.call('HINCRBY', P .. ':counters', 'lease_recovered|' .. queue, 1)  -- farm.protocol.counters
           local att = redis.call('HINCRBY', b .. ':att', rid, 1)
           if att >= max_att then
             local stage = stage_of(queue)

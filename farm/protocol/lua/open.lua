@@ -2,8 +2,11 @@
 -- or {'task', pipeline} (the task belongs to another pipeline).
 local b = P .. ':b:' .. batch
 if redis.call('EXISTS', b) == 1 then
-  local f = redis.call('HMGET', b, 'task', 'pipeline', 'size')
-  if f[1] == task and f[2] == pipeline and f[3] == size then return {'exists'} end
+  local f = redis.call('HMGET', b, 'task', 'pipeline', 'size', 'state')
+  if f[1] == task and f[2] == pipeline and f[3] == size then
+    if f[4] == 'open' then touch(batch) end  -- a trainer attaching again is alive
+    return {'exists'}
+  end
   return {'conflict', f[1] or '', f[2] or '', f[3] or ''}
 end
 local used = redis.call('HGET', P .. ':tasks', task)
@@ -12,6 +15,7 @@ redis.call('HSET', P .. ':tasks', task, pipeline)
 redis.call('HSET', b, 'task', task, 'pipeline', pipeline, 'size', size, 'opened_at', opened_at, 'key', opened_at,
   'arrived', 0, 'done', 0, 'state', 'open', 'group_size', group_size, 'queues', queues)
 redis.call('ZADD', P .. ':batches', opened_at, batch)
+touch(batch)
 for _, q in ipairs(split(queues, ',')) do redis.call('SADD', P .. ':queues', q) end
 emit(opened_event)
 redis.call('PUBLISH', P .. ':epochs', epoch_message)

@@ -14,6 +14,7 @@ if arrived == 0 then
   return {'cancelled'}
 end
 redis.call('HSET', b, 'size', arrived, 'sealed', '1')
+touch(batch)  -- its trainer, alive, now waits for what arrived
 emit('{"kind":"batch_sealed","batch":' .. cjson.encode(batch) .. ',"size":' .. arrived .. ',"sealed_at":' .. at .. '}')
 if tonumber(f[3]) >= arrived then
   close_batch(batch, 'completed', at)

@@ -1,15 +1,18 @@
 -- submit a request. `first_queue` is '' when it visits no stage (then `result` and `done_event` finish it
 -- here), `group` '' when it has none. Returns {'queued'}, {'finished'}, {'duplicate'} (the same request
 -- again), {'conflict'} (same id, other payload), {'closed', state} ('sealed' for a sealed batch still
--- finishing), {'full', size} or {'unknown'}.
+-- finishing; {'closed', 'abandoned', silent_s, abandon_after_s} for one the farm abandoned), {'full', size} or
+-- {'unknown'}. Any answer about an open batch is a sign of life from its trainer.
 local b = P .. ':b:' .. batch
-local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key', 'sealed')
+local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key', 'sealed', 'silent_s', 'abandon_after_s')
 if not f[1] then return {'unknown'} end
+if f[1] == 'open' then touch(batch) end
 local old = redis.call('HGET', b .. ':payload', request)
 if old then
   if old == payload then return {'duplicate'} end
   return {'conflict'}
 end
+if f[1] == 'abandoned' then return {'closed', f[1], f[6] or '', f[7] or ''} end
 if f[1] ~= 'open' then return {'closed', f[1]} end
 if f[5] then return {'closed', 'sealed'} end
 if tonumber(f[3]) >= tonumber(f[2]) then return {'full', f[2]} end

@@ -57,6 +57,7 @@ for i = 0, n - 1 do
     replies[i + 1] = {'queued'}
   end
 end
+touch(bid)  -- the bulk path's one sign of life (each request sent one by one gives its own)
 if new == 0 then return replies end
 
 redis.call('HSET', b .. ':payload', unpack(payloads))

@@ -1,0 +1,172 @@
+"""Metrics of the live farm, read at every scrape: queues, workers, active batches, the planner, the
+history stream and the allocated worker-seconds. A source that cannot be read is reported down
+(`farm_redis_up`, `farm_history_store_up`) and its metrics left out: a scrape never fails for it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+import redis as redis_lib
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from farm.app.metrics.labels import resource_of, split_queue
+from farm.config import Settings
+from farm.knobs import from_json, redis_key
+from farm.protocol import counters
+from farm.protocol.live import depths, inspect_batches
+from farm.protocol.stream import health
+from farm.store.accounting import allocated_totals
+from planner.runtime.service import planner_alive
+
+log = logging.getLogger(__name__)
+
+WORKER_STATES = ("pending", "starting", "running", "stopping")
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+class LiveCollector(Collector):
+    """A prometheus_client collector over the farm's Redis and history store."""
+
+    def __init__(self, settings: Settings, engine: Engine | None, redis: Any,
+                 *, clock: Callable[[], float] = time.time) -> None:
+        self.settings, self.engine, self.redis, self.clock = settings, engine, redis, clock
+        self.namespace = settings.namespace
+
+    def collect(self) -> Iterator[Any]:
+        now = self.clock()
+        redis_up = _gauge("farm_redis_up", "Whether the farm's Redis answered this scrape (1) or not (0).")
+        try:
+            families = list(self._from_redis(now))
+            redis_up.add_metric([], 1)
+        except redis_lib.RedisError as exc:
+            log.warning("metrics: the farm's Redis did not answer: %s", exc)
+            families = []
+            redis_up.add_metric([], 0)
+        yield redis_up
+        yield from families
+        yield from self._from_store(now)
+
+    # ------------------------------------------------------------ Redis
+
+    def _from_redis(self, now: float) -> Iterator[Any]:
+        queued = _gauge("farm_stage_queued_requests", "Requests waiting in a stage's queue.", ["pipeline", "stage"])
+        running = _gauge("farm_stage_running_requests", "Requests a worker runs now at a stage.", ["pipeline", "stage"])
+        serving = _gauge("farm_stage_serving_workers", "Workers registered at a stage and heartbeating.",
+                         ["pipeline", "stage"])
+        for q, d in depths(self.redis, self.settings, now).items():
+            labels = list(split_queue(q))
+            queued.add_metric(labels, d.pending)
+            running.add_metric(labels, d.running)
+            serving.add_metric(labels, d.workers)
+        yield from (queued, running, serving)
+        yield from self._knobs()
+        yield from self._planner(now)
+        yield from self._batches()
+        yield from self._counters()
+        yield from self._stream(now)
+
+    def _knobs(self) -> Iterator[Any]:
+        knobs = from_json(self.redis.get(redis_key(self.namespace)))
+        for name, doc, value in (
+            ("farm_delay_tolerance_seconds", "The tolerated extra delay D (the knob delay_s).", knobs.delay_s),
+            ("farm_planner_tick_seconds", "The planner's tick (the knob tick_s).", knobs.tick_s),
+        ):
+            g = _gauge(name, doc)
+            g.add_metric([], value)
+            yield g
+
+    def _planner(self, now: float) -> Iterator[Any]:
+        beat = planner_alive(self.redis, self.namespace)
+        up = _gauge("farm_planner_up", "Whether a planner daemon's heartbeat is alive (1) or not (0).")
+        up.add_metric([], 1 if beat else 0)
+        yield up
+        if not beat:
+            return  # no planner: no pools it sizes (fixed pools show in farm_stage_serving_workers)
+        workers = _gauge("farm_stage_workers", "The planner's workers of a stage by state (target: what its last "
+                         "decision asked for).", ["pipeline", "stage", "state"])
+        pools = beat.get("pools") or {}
+        targets = beat.get("targets") or {}
+        for q in sorted(set(pools) | set(targets)):
+            pipeline, stage = split_queue(q)
+            if q in targets:
+                workers.add_metric([pipeline, stage, "target"], targets[q])
+            for state in WORKER_STATES:
+                workers.add_metric([pipeline, stage, state], (pools.get(q) or {}).get(state, 0))
+        yield workers
+        startup = _gauge("farm_planner_startup_seconds", "The worker start-up the planner plans with.")
+        startup.add_metric([], float(beat.get("startup_s") or 0.0))
+        yield startup
+
+    def _batches(self) -> Iterator[Any]:
+        active = _gauge("farm_task_active_batches", "Batches of a task not yet completed or cancelled.",
+                        ["task", "pipeline"])
+        outstanding = _gauge("farm_task_outstanding_requests", "Requests of a task's active batches without a "
+                             "result (those still to arrive included).", ["task", "pipeline"])
+        estimate = _gauge("farm_task_estimated_completion_timestamp_seconds", "The latest estimated completion "
+                          "time T of a task's active batches (the EBF key), in epoch seconds.", ["task", "pipeline"])
+        per_task: dict[tuple[str, str], list[Any]] = {}
+        for b in inspect_batches(self.redis, self.settings):
+            if not b.finished:
+                per_task.setdefault((b.task, b.pipeline), []).append(b)
+        for (task, pipeline), batches in sorted(per_task.items()):
+            active.add_metric([task, pipeline], len(batches))
+            outstanding.add_metric([task, pipeline], sum(max(0, b.size - b.done) for b in batches))
+            estimate.add_metric([task, pipeline], max(b.key for b in batches))
+        yield from (active, outstanding, estimate)
+
+    def _counters(self) -> Iterator[Any]:
+        c = counters.read(self.redis, self.namespace)
+        recovered = CounterMetricFamily("farm_lease_recoveries", "Requests given back to their queue because "
+                                        "their worker stopped heartbeating.", labels=["pipeline", "stage"])
+        for q, n in sorted(c.lease_recovered.items()):
+            recovered.add_metric(list(split_queue(q)), n)
+        yield recovered
+        yield HistogramMetricFamily("farm_planner_decision_seconds", "Runtime of the planner's policy per pipeline "
+                                    "and decision.", buckets=list(c.decision_buckets), sum_value=c.decision_sum_s)
+        overflows = CounterMetricFamily("farm_history_overflows", "Times the history stream's cap dropped entries "
+                                        "the recorder had not written (history lost).")
+        overflows.add_metric([], c.history_overflows)
+        yield overflows
+
+    def _stream(self, now: float) -> Iterator[Any]:
+        h = health(self.redis, self.namespace, now=now)
+        for name, doc, value in (
+            ("farm_history_stream_entries", "Events waiting in the history stream for the recorder.", h.length),
+            ("farm_history_stream_cap_entries", "The history stream's cap: beyond it the oldest events are lost.",
+             h.cap),
+            ("farm_history_stream_lag_seconds", "Age of the oldest event the recorder has not written.",
+             h.oldest_age_s),
+        ):
+            g = _gauge(name, doc)
+            g.add_metric([], value)
+            yield g
+
+    # ------------------------------------------------------------ history store
+
+    def _from_store(self, now: float) -> Iterator[Any]:
+        up = _gauge("farm_history_store_up", "Whether the history store answered this scrape (1) or not (0).")
+        if self.engine is None:
+            return
+        try:
+            totals = allocated_totals(self.engine, now)
+        except SQLAlchemyError as exc:
+            log.warning("metrics: the history store did not answer: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        allocated = CounterMetricFamily("farm_worker_allocated_seconds", "Worker-seconds allocated (placed on a "
+                                        "machine, busy or not): the farm's cost, by stage and resource.",
+                                        labels=["pipeline", "stage", "resource"])
+        for q, seconds in sorted(totals.items()):
+            allocated.add_metric([*split_queue(q), resource_of(q)], seconds)
+        yield allocated

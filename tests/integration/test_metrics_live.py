@@ -1,0 +1,99 @@
+"""The live half of the metrics (farm.app.metrics.live) read from a real Redis: what waits and runs, the
+active batches, lease recoveries, the planner's decisions and heartbeat, and a Redis that is gone."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis as redis_lib
+from prometheus_client import CollectorRegistry
+
+from farm.app.metrics.live import LiveCollector
+from farm.protocol import counters
+from farm.protocol.dispatch import Dispatch
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+COMPILE = "synthetic.compile"
+
+
+@pytest.fixture
+def scrape(settings):
+    client = redis_lib.Redis.from_url(settings.redis_url, decode_responses=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LiveCollector(settings, None, client))
+    yield registry.get_sample_value
+    client.close()
+
+
+def test_requests_waiting_and_running_are_counted_per_stage(settings, reward_client, scrape):
+    batch = reward_client.open_batch("t", "synthetic", 3)
+    for i in range(3):
+        batch.submit(f"r{i}", {"times": [1, 0]})
+    Dispatch(settings).pick(COMPILE, "w", "ebf", "tok")
+    labels = {"pipeline": "synthetic", "stage": "compile"}
+    assert scrape("farm_stage_queued_requests", labels) == 2
+    assert scrape("farm_stage_running_requests", labels) == 1
+
+
+def test_an_active_batch_shows_under_its_task_with_its_outstanding_requests_and_estimate(settings, reward_client,
+                                                                                          scrape):
+    batch = reward_client.open_batch("task-x", "synthetic", 4)
+    batch.submit("r0", {"times": [0, 0]})  # visits no stage: done at once
+    Dispatch(settings).set_estimate(batch.id, 2e9)
+    labels = {"task": "task-x", "pipeline": "synthetic"}
+    assert scrape("farm_task_active_batches", labels) == 1
+    assert scrape("farm_task_outstanding_requests", labels) == 3
+    assert scrape("farm_task_estimated_completion_timestamp_seconds", labels) == 2e9
+
+
+def test_a_lease_given_back_after_its_worker_went_quiet_is_counted(settings, reward_client, scrape):
+    quick = settings.with_(lease_s=0.2)
+    batch = reward_client.open_batch("t", "synthetic", 1)
+    batch.submit("r0", {"times": [1, 0]})
+    Dispatch(quick).pick(COMPILE, "w", "ebf", "tok")
+    time.sleep(0.3)
+    assert reward_client.sweep() == 1
+    assert scrape("farm_lease_recoveries_total", {"pipeline": "synthetic", "stage": "compile"}) == 1
+
+
+def test_the_planners_decisions_make_a_histogram_of_their_runtime(settings, scrape):
+    client = redis_lib.Redis.from_url(settings.redis_url)
+    counters.observe_decisions(client, settings.namespace, [0.0004, 0.003, 0.003, 7.0])
+    client.close()
+    assert scrape("farm_planner_decision_seconds_count") == 4
+    assert scrape("farm_planner_decision_seconds_bucket", {"le": "0.001"}) == 1
+    assert scrape("farm_planner_decision_seconds_bucket", {"le": "0.005"}) == 3
+    assert scrape("farm_planner_decision_seconds_bucket", {"le": "5.0"}) == 3
+    assert scrape("farm_planner_decision_seconds_bucket", {"le": "+Inf"}) == 4
+    assert scrape("farm_planner_decision_seconds_sum") == pytest.approx(7.0064)
+
+
+def test_the_planners_pools_and_targets_come_from_its_heartbeat(settings, scrape):
+    from planner.runtime.service import heartbeat_key
+
+    assert scrape("farm_planner_up") == 0
+    client = redis_lib.Redis.from_url(settings.redis_url)
+    beat = {"pid": 1, "at": time.time(), "backend": "local", "startup_s": 1.5, "targets": {COMPILE: 3},
+            "pools": {COMPILE: {"pending": 1, "starting": 1, "running": 2, "stopping": 0, "nodes": {}}}}
+    client.set(heartbeat_key(settings.namespace), json.dumps(beat), px=10_000)
+    client.close()
+    labels = {"pipeline": "synthetic", "stage": "compile"}
+    assert scrape("farm_planner_up") == 1
+    assert scrape("farm_stage_workers", {**labels, "state": "target"}) == 3
+    assert scrape("farm_stage_workers", {**labels, "state": "running"}) == 2
+    assert scrape("farm_stage_workers", {**labels, "state": "pending"}) == 1
+    assert scrape("farm_planner_startup_seconds") == 1.5
+
+
+def test_a_redis_that_is_gone_is_reported_down_and_the_scrape_still_answers(settings):
+    from tests.support.redis_server import free_port
+
+    gone = settings.with_(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    client = redis_lib.Redis.from_url(gone.redis_url, decode_responses=True, socket_connect_timeout=1)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LiveCollector(gone, None, client))
+    assert registry.get_sample_value("farm_redis_up") == 0
+    assert registry.get_sample_value("farm_stage_queued_requests", {"pipeline": "synthetic", "stage": "compile"}) is None
