@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from farm.config import Settings
 from planner.backends.common import worker_env
-from planner.backends.processes import die_with_parent, python
+from planner.backends.processes import popen_tethered, python
 from planner.runtime.service import planner_alive
 
 
@@ -19,7 +19,7 @@ class DaemonProcess:
 
     It runs in its own session, so a signal to this process group does not reach it; `stop()` sends
     SIGTERM (the daemon leaves its workers running), `kill()` is a `kill -9`. It gets SIGTERM too when this
-    process dies (Linux), so create it from a thread that lives as long as this process."""
+    process dies (Linux), whichever thread creates it (`popen_tethered`)."""
 
     def __init__(self, settings: Settings, args: Sequence[str] = (), *, log_path: str | None = None,
                  env: dict[str, str] | None = None) -> None:
@@ -29,9 +29,9 @@ class DaemonProcess:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = path
         with open(path, "ab") as out:
-            self.proc = subprocess.Popen(python("-m", "farm.app.cli.planner", *args), env=env,
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=die_with_parent())
+            self.proc = popen_tethered(python("-m", "farm.app.cli.planner", *args), env=env,
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
 
     @property
     def pid(self) -> int:

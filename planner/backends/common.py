@@ -14,7 +14,9 @@ import redis
 
 from farm import events, registry
 from farm.config import Settings
+from farm.protocol.calls import lapse_call
 from farm.protocol.keys import Keys
+from farm.protocol.scripts import SOURCES, argv
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +107,12 @@ class Lives:
 
     def __init__(self, client, namespace: str, backend: str) -> None:
         self._client = client
+        self._namespace = namespace
         self._key = events.stream_key(namespace)
         self._backend = backend
         self._pending: list[dict[str, str]] = []
         self._lock = threading.Lock()
+        self._lapse = client.register_script(SOURCES["lapse"])
 
     def spawned(self, worker: str, stage: str, at: float, *, placed: bool = True) -> None:
         """`placed=False`: asked for, not yet on a machine (pending); `placed` follows when it is."""
@@ -119,7 +123,20 @@ class Lives:
         self._emit(events.encode("worker_placed", worker=worker, stage=stage, at=at))
 
     def retired(self, worker: str, stage: str, at: float) -> None:
+        """A worker is gone. Whatever lease it still held lapses now: a worker that died (or was killed past
+        its stop timeout) gives its request back at the next sweep instead of `lease_s` after its last
+        heartbeat; one that finished first holds nothing."""
         self._emit(events.encode("worker_retired", worker=worker, stage=stage, at=at))
+        self.lapse(worker, stage)
+
+    def lapse(self, worker: str, stage: str) -> bool:
+        """True when `worker` held a lease at `stage`, which now lapses. Only for a worker known to be gone:
+        one still running would lose its request to another worker (its late result is discarded)."""
+        try:
+            return bool(self._lapse(args=argv(self._namespace, False, lapse_call(worker, stage))))
+        except Exception as exc:  # Redis away: the lease lapses by itself within lease_s, as it always did
+            log.warning("could not give back the lease of gone worker %s (it lapses on its own): %s", worker, exc)
+            return False
 
     def _emit(self, entry: dict[str, str]) -> None:
         with self._lock:

@@ -194,9 +194,9 @@ class LocalBackend(common.Observed, Backend):
             cmd = ["nice", "-n", str(self.nice), *cmd]  # nice execs the worker: same pid, same start time
         try:
             with open(self._records.log_path(name), "ab") as out:
-                proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True,
-                                        preexec_fn=processes.die_with_parent() if self.tether else None)
+                spawn = processes.popen_tethered if self.tether else subprocess.Popen
+                proc = spawn(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, close_fds=True)
         except OSError as exc:
             self._records.remove(name)
             raise BackendError(f"could not start worker {name} ({' '.join(cmd)}): {exc}") from exc

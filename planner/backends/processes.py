@@ -1,7 +1,7 @@
 """What the local backend and its launcher ask of the operating system about worker processes: a
 process's start time (a pid with another start time is another process), finding one by its command
 line or its process group, the workers' niceness; and how the farm starts a Python child (`python`)
-and ties a child's life to its parent's (`die_with_parent`).
+and ties a child's life to its parent's (`die_with_parent`, `popen_tethered`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Mapping
+from queue import SimpleQueue
+from typing import Any, Callable, Mapping
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -82,6 +85,47 @@ def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
             os.kill(os.getpid(), signum)
 
     return preexec
+
+
+class _Forker:
+    """One daemon thread, started on first use, that lives as long as the process: children tethered from
+    it get their signal when the process dies, never because the thread that asked for them ended."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: SimpleQueue = SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def popen(self, argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="tethered-forker", daemon=True)
+                self._thread.start()
+        done: Future = Future()
+        self._jobs.put((argv, kwargs, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            argv, kwargs, done = self._jobs.get()
+            try:
+                done.set_result(subprocess.Popen(argv, **kwargs))
+            except BaseException as exc:  # handed to the caller, the forker goes on
+                done.set_exception(exc)
+
+
+_forker = _Forker()
+
+
+def popen_tethered(argv: list[str], signum: int = signal.SIGTERM, **kwargs: Any) -> subprocess.Popen:
+    """`subprocess.Popen(argv, **kwargs)` of a child that gets `signum` when this process dies, whichever
+    thread asks: from a thread other than the main one the fork happens on a thread that lives as long as
+    the process, since Linux signals when the forking *thread* ends (a restart made from a short-lived
+    thread would otherwise end the restarted child with that thread)."""
+    kwargs["preexec_fn"] = die_with_parent(signum)
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **kwargs)
+    return _forker.popen(argv, kwargs)
 
 
 def worker_nice(nice: int | None = None, environ: Mapping[str, str] | None = None) -> int:

@@ -110,3 +110,56 @@ def test_a_request_whose_wake_up_token_was_lost_is_still_served(settings, reward
     assert Dispatch(settings).run(call) == ["queued"]
     [result] = batch.gather(timeout=settings.lease_s * 3 + 5)
     assert result.ok
+
+
+def test_the_lease_of_a_worker_its_backend_saw_die_lapses_at_once(settings, reward_client):
+    from planner.backends.common import Lives
+
+    d = Dispatch(settings)  # lease_s 10 s: only the backend's word can give it back this soon
+    batch = reward_client.open_batch("t", "synthetic", 2)
+    batch.submit("held", {"times": [1, 0]})
+    batch.submit("next", {"times": [1, 0]})
+    assert leased(d, "t1", worker="dead")[2] == "held"
+    lives = Lives(redis.Redis.from_url(settings.redis_url), settings.namespace, "local")
+    lives.retired("dead", COMPILE, time.time())
+    assert d.sweep() == [COMPILE]
+    assert [p.id for p in d.inspect([COMPILE]).stages[COMPILE].pending] == ["held", "next"]
+    assert lives.lapse("dead", COMPILE) is False  # given back once: the worker holds nothing now
+
+
+def test_a_gone_worker_that_held_nothing_changes_no_lease(settings, reward_client):
+    from planner.backends.common import Lives
+
+    d = Dispatch(settings)
+    batch = reward_client.open_batch("t", "synthetic", 1)
+    batch.submit("held", {"times": [1, 0]})
+    assert leased(d, "t1", worker="alive")[2] == "held"
+    lives = Lives(redis.Redis.from_url(settings.redis_url), settings.namespace, "local")
+    assert lives.lapse("idle", COMPILE) is False
+    assert d.sweep() == []
+    assert [r.id for r in d.inspect([COMPILE]).stages[COMPILE].running] == ["held"]
+
+
+def test_a_local_worker_killed_hard_gives_its_request_back_once_its_backend_sees_it_gone(settings, reward_client):
+    import os
+    import signal
+
+    from planner.backends import WorkerState
+    from planner.backends.local import LocalBackend
+    from tests.support.waiting import eventually
+
+    backend = LocalBackend(settings)
+    try:
+        backend.spawn(COMPILE, 1)
+        eventually(lambda: any(w.state is WorkerState.RUNNING for w in backend.list()), 60, what="the worker")
+        batch = reward_client.open_batch("t", "synthetic", 1)
+        batch.submit("long", {"times": [30.0, 0]})
+        victim = running_on(settings, "long")
+        os.kill(int(next(w.ref for w in backend.list() if w.name == victim)), signal.SIGKILL)
+        eventually(lambda: backend.list() == [], 10, what="the backend to see the worker gone")
+        d = Dispatch(settings)
+        assert d.sweep() == [COMPILE]  # lease_s is 10 s: the lease lapsed because the backend said so
+        assert [p.id for p in d.inspect([COMPILE]).stages[COMPILE].pending] == ["long"]
+    finally:
+        backend.retire([w.name for w in backend.list()])
+        backend.close()

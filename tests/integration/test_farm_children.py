@@ -176,3 +176,30 @@ def _worker_record(data: Path, namespace: str, name: str, proc: subprocess.Popen
     record = {"name": f"{namespace}.{STAGE}.{name}", "stage": STAGE, "spawned_at": time.time(), "pid": proc.pid,
               "start": process_start(proc.pid), "stopping_since": None, "kill_at": None}
     (directory / f"{record['name']}.json").write_text(json.dumps(record))
+
+
+TETHERING_PARENT = """
+import sys, threading, time
+from planner.backends.processes import popen_tethered
+box = []
+t = threading.Thread(target=lambda: box.append(popen_tethered([sys.executable, "-c", "import time; time.sleep(60)"])))
+t.start(); t.join()
+print(box[0].pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_child_tethered_from_a_thread_that_ended_lives_on_and_ends_with_the_process():
+    """What a chaos run's restart does: the thread that restarted Redis ends, Redis must not end with it."""
+    parent = subprocess.Popen(python("-c", TETHERING_PARENT), stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(1.0)  # the forking thread is long gone by now
+        assert process_start(child) is not None, "the child ended with the thread that asked for it"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        eventually(lambda: process_start(child) is None, 10, what="the tethered child to end with its process")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
