@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -40,7 +41,8 @@ from farm.config import Settings  # noqa: E402
 from farm.store.engine import upgrade  # noqa: E402
 from farm.store.knob_store import KnobStore  # noqa: E402
 from farm.store.models import Batch, Request, RequestStage  # noqa: E402
-from planner.backends import create  # noqa: E402
+from planner.backends.processes import process_start  # noqa: E402
+from planner.backends.records import Records  # noqa: E402
 from planner.eval.tracegen import GeneratorParams, generate  # noqa: E402
 from planner.eval.tracestats import summary  # noqa: E402
 
@@ -137,10 +139,13 @@ def run_once(trace, args, chaos: bool, say) -> dict[str, Any]:
             planner = [DaemonProcess(farm.settings, planner_args)]
             planner[0].wait_ready(farm._redis(), farm.settings.namespace)
             if chaos:
-                backend = create("local", farm.settings)
+                # the victims are read from the local backend's records, read-only, so that the planner's
+                # backend is the only one to see a death, as on a real farm
+                records = Records(Path(farm.settings.data_dir) / "workers" / farm.settings.namespace)
 
                 def worker_pids() -> list[int]:
-                    return [int(w.ref) for w in backend.list() if w.alive and str(w.ref).isdigit()]
+                    return [r["pid"] for r in records.all() if r.get("pid") and r.get("stopping_since") is None
+                            and process_start(r["pid"]) == r.get("start")]
 
                 killer = WorkerKiller(worker_pids, args.kill_every_s, random.Random(args.seed)).start()
                 faults = Faults(farm, pg, planner, summary(trace)["span_s"] / args.speed, planner_args, say).start()
@@ -159,6 +164,10 @@ def run_once(trace, args, chaos: bool, say) -> dict[str, Any]:
         if killer is not None:
             killer.stop()
         pg.stop()
+        if args.keep:
+            say(f"  kept {folder} (the farm's logs and data, the run's PostgreSQL)")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     return {
         "mode": "chaos" if chaos else "quiet", "wall_s": round(wall, 1), "results": report["results"],
         "extra_delay_mean_s": report["measured"]["extra_delay_mean_s"],
@@ -182,6 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-every-s", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--runs", default="quiet,chaos", help="which runs, of quiet and chaos (the ratio needs both)")
+    ap.add_argument("--keep", action="store_true", help="keep each run's folder: logs, Redis data, PostgreSQL")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 

@@ -207,7 +207,12 @@ class Daemon:
         tick = self.knobs().tick_s
         next_tick = self.monotonic() + tick
         while not stop.is_set():
-            reason = wake.wait(max(0.0, min(next_tick - self.monotonic(), 1.0)))
+            try:
+                reason = wake.wait(max(0.0, min(next_tick - self.monotonic(), 1.0)))
+            except Exception:  # a wake-up source that fails must not end the daemon: decide on ticks
+                log.exception("waiting for an epoch failed")
+                stop.wait(0.5)
+                reason = None
             now_tick = self._tick_s(tick)
             if now_tick != tick:
                 next_tick, tick = next_tick - tick + now_tick, now_tick

@@ -4,10 +4,15 @@ channel (`farm.protocol.keys.Keys.epochs`), so the planner decides when somethin
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any, Mapping, Protocol
 
+import redis
+
 from farm.protocol.keys import Keys
+
+log = logging.getLogger("farm.planner")
 
 
 class Wakeup(Protocol):
@@ -35,6 +40,17 @@ class RedisEpochs:
         return str(kind) if kind else "epoch"
 
     def wait(self, timeout: float) -> str | None:
+        """A Redis outage is a quiet wait, never an error: the daemon decides on its ticks meanwhile, and the
+        next call reconnects (redis-py subscribes again); what was announced while Redis was away is lost,
+        which costs a decision at most one tick."""
+        try:
+            return self._wait(timeout)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("epoch channel unavailable (%s); deciding on ticks until it is back", exc)
+            time.sleep(max(0.0, min(timeout, 0.5)))
+            return None
+
+    def _wait(self, timeout: float) -> str | None:
         deadline = time.monotonic() + timeout
         kind = None
         while kind is None:

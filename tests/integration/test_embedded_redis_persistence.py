@@ -93,3 +93,29 @@ def test_a_data_dir_from_before_the_append_only_file_keeps_its_snapshot(tmp_path
         finally:
             r.close()
     assert (tmp_path / "appendonly.aof").stat().st_size > 0
+
+
+def test_the_planner_daemon_rides_through_a_redis_restart_and_decides_again(tmp_path):
+    from planner.runtime.service import planner_alive
+
+    with EmbeddedFarm(Settings(data_dir=str(tmp_path)), planner=True) as farm:
+        r = redis.Redis.from_url(farm.settings.redis_url, decode_responses=True)
+        deadline = time.monotonic() + 60
+        while planner_alive(r, farm.settings.namespace) is None:
+            assert time.monotonic() < deadline, "the planner never beat"
+            time.sleep(0.2)
+        r.close()
+        farm.restart_redis(down_s=2.0)  # longer than the daemon's own retries: its epoch wait sees the outage
+        restarted = time.time()
+        r = redis.Redis.from_url(farm.settings.redis_url, decode_responses=True)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                beat = planner_alive(r, farm.settings.namespace)
+                if beat is not None and beat["at"] > restarted + 1.0:
+                    break
+                assert farm._procs["planner"].poll() is None, "the planner daemon died with the Redis restart"
+                assert time.monotonic() < deadline, "the planner did not decide again after the restart"
+                time.sleep(0.2)
+        finally:
+            r.close()

@@ -89,7 +89,7 @@ def test_a_compile_over_its_timeout_is_a_timeout_at_compile():
 @pytest.mark.parametrize("payload, words", [
     ({"response": KERNEL}, "expected_output"),
     ({"response": KERNEL, "expected_output": [1], "nvcc_flags": ["-Xcompiler", "-fplugin=x"]}, "nvcc_flags"),
-    ({"response": KERNEL, "expected_output": [True]}, "only numbers"),
+    ({"response": KERNEL, "expected_output": [True]}, "only finite numbers, not True"),
 ])
 def test_a_malformed_payload_is_refused_with_a_reason(payload, words):
     r = score(pipeline, payload)
