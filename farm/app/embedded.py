@@ -250,18 +250,17 @@ class EmbeddedFarm:
             raise RuntimeError("this farm was given a Redis URL: it runs no redis-server of its own")
         data_dir = Path(os.path.expanduser(self.settings.data_dir))
         port = redis.connection.parse_url(self.settings.redis_url)["port"]
-        if kill:
-            proc, self._redis_server = self._redis_server, None
-            proc.kill()
-            proc.wait(timeout=5)
-        else:
-            self._stop_redis(timeout_s)
+        self._stop_redis(timeout_s, kill=kill)
         if down_s > 0:
             time.sleep(down_s)
         self._start_redis(data_dir, timeout_s, port=port)
 
-    def _stop_redis(self, timeout_s: float = 30.0) -> None:
+    def _stop_redis(self, timeout_s: float = 30.0, *, kill: bool = False) -> None:
         proc, self._redis_server = self._redis_server, None
+        if kill:  # a crash: no final fsync, no snapshot
+            proc.kill()
+            proc.wait(timeout=5)
+            return
         proc.terminate()  # redis saves its snapshot on SIGTERM, then exits
         try:
             proc.wait(timeout=timeout_s)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from farm.protocol.keys import Keys
+from farm.protocol.keys import Keys, text
 
 LEASE_RECOVERED = "lease_recovered|"  # + stage queue: leases given back after their worker stopped heartbeating
 DECISION_BUCKET = "decision_bucket|"  # + upper bound: decisions whose runtime fell in (previous bound, bound]
@@ -70,7 +70,7 @@ def record_overflow(redis: Any, namespace: str, *, at: float, lost_before: str |
 
 
 def read(redis: Any, namespace: str) -> Counters:
-    raw = {_text(k): _text(v) for k, v in (redis.hgetall(Keys(namespace).counters) or {}).items()}
+    raw = {text(k): text(v) for k, v in (redis.hgetall(Keys(namespace).counters) or {}).items()}
     recovered = {k[len(LEASE_RECOVERED):]: int(v) for k, v in raw.items() if k.startswith(LEASE_RECOVERED)}
     per_bound = {k[len(DECISION_BUCKET):]: int(v) for k, v in raw.items() if k.startswith(DECISION_BUCKET)}
     buckets, total = [], 0
@@ -82,7 +82,3 @@ def read(redis: Any, namespace: str) -> Counters:
                     history_overflows=int(raw.get(HISTORY_OVERFLOWS, 0)),
                     history_lost_at=float(raw[HISTORY_LOST_AT]) if raw.get(HISTORY_LOST_AT) else None,
                     history_lost=raw.get(HISTORY_LOST) or None)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,4 +1,5 @@
-"""Every Redis key and channel of one farm namespace, and how times travel to the Lua scripts."""
+"""Every Redis key and channel of one farm namespace, how times travel to the Lua scripts, and how text comes
+back from Redis."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from farm.knobs import redis_key
 def stamp(t: float) -> str:
     """A time as the exact decimal Lua passes through into JSON and scores."""
     return repr(float(t))
+
+
+def text(value) -> str:
+    """A Redis reply as text, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Keys:

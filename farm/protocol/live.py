@@ -11,7 +11,7 @@ from typing import Mapping
 from farm.config import Settings
 from farm.errors import BatchNotFound
 from farm.knobs import from_json
-from farm.protocol.keys import Keys
+from farm.protocol.keys import Keys, text
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,13 @@ def inspect_batches(redis, settings: Settings) -> tuple[Progress, ...]:
         pipe.hgetall(k.batch(bid))
     pipe.zrange(k.seen, 0, -1, withscores=True)
     *hashes, seen = pipe.execute()
-    seen_at = {(b.decode() if isinstance(b, bytes) else b): float(t) for b, t in seen}
+    seen_at = {text(b): float(t) for b, t in seen}
     return tuple(parse_progress(bid, h, seen_at.get(bid)) for bid, h in zip(ids, hashes) if h)
+
+
+def serving(seen_at: float, now: float, settings: Settings) -> bool:
+    """A registered worker serves its stage while its heartbeat is younger than the lease."""
+    return now - seen_at <= settings.lease_s
 
 
 def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None) -> LiveState:
@@ -138,12 +143,11 @@ def inspect(redis, settings: Settings, queues: list[str] | None = None, now: flo
             running.append(RunningRequest(held["request"], held["batch"], float(held["started_at"]), worker))
             busy_of[worker] = held["request"]
         workers = tuple(
-            RegisteredWorker(w, float(t), busy_of.get(w), now - float(t) <= settings.lease_s)
+            RegisteredWorker(w, float(t), busy_of.get(w), serving(float(t), now, settings))
             for w, t in sorted(seen.items())
         )
         stages[q] = QueueState(q, tuple(pending), tuple(sorted(running, key=lambda r: r.started_at)), workers)
     return LiveState(now, knobs.scheduler, batches, stages)
-
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,6 @@ def depths(redis, settings: Settings, now: float | None = None) -> dict[str, Que
     for i, q in enumerate(names):
         order, running, seen = replies[3 * i: 3 * i + 3]
         pending = sum(next(lengths) for _ in order)
-        alive = sum(1 for t in seen.values() if now - float(t) <= settings.lease_s)
+        alive = sum(1 for t in seen.values() if serving(float(t), now, settings))
         out[q] = QueueDepth(q, pending, int(running), alive)
     return out

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from farm.protocol.keys import Keys
+from farm.protocol.keys import Keys, text
 from farm.protocol.scripts import EVENTS_MAXLEN
 
 WARN_FILL = 0.5  # from half the cap on, the recorder warns that it is behind
@@ -39,16 +39,12 @@ def _id_ms(entry_id: str) -> int:
     return int(entry_id.partition("-")[0])
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def health(redis: Any, namespace: str, *, now: float | None = None, cap: int = EVENTS_MAXLEN) -> StreamHealth:
     """Read the stream's fill (two O(1) commands)."""
     key = Keys(namespace).events
     now = time.time() if now is None else now
     length = int(redis.xlen(key))
     first = redis.xrange(key, count=1) if length else []
-    oldest_id = _text(first[0][0]) if first else None
+    oldest_id = text(first[0][0]) if first else None
     oldest_age = max(0.0, now - _id_ms(oldest_id) / 1000.0) if oldest_id else 0.0
     return StreamHealth(length, cap, oldest_age, oldest_id)

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 from farm.config import Settings
 from farm.events import decode, stream_key
 from farm.protocol import counters
+from farm.protocol.keys import text
 from farm.protocol.scripts import EVENTS_MAXLEN
 from farm.protocol.stream import WARN_FILL, StreamHealth, health
 from farm.store.engine import StoreError
@@ -41,10 +42,6 @@ def next_id(entry_id: str) -> str:
     """The smallest stream id after `entry_id` (XTRIM MINID keeps ids >= it)."""
     ms, _, seq = entry_id.partition("-")
     return f"{ms}-{int(seq or 0) + 1}"
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Recorder:
@@ -116,10 +113,10 @@ class Recorder:
         good = []
         for entry_id, fields in entries:
             try:
-                good.append((_str(entry_id), clean(decode(fields))))
+                good.append((text(entry_id), clean(decode(fields))))
             except (BadEvent, ValueError, TypeError, AttributeError) as exc:
                 self.skipped += 1
-                log.warning("history entry %s of %s skipped: %s", _str(entry_id), self.stream, exc)
+                log.warning("history entry %s of %s skipped: %s", text(entry_id), self.stream, exc)
         return good
 
     def _write_one_by_one(self, events: list[tuple[str, dict[str, Any]]], last: str) -> list[dict[str, Any]]:
@@ -156,7 +153,7 @@ class Recorder:
                 events = self._decode(entries)
                 written = [event for _, event in events]
                 apply_events(conn, written)
-                last = _str(entries[-1][0])
+                last = text(entries[-1][0])
                 self._save_offset(conn, last)
         except OperationalError:
             raise
@@ -164,7 +161,7 @@ class Recorder:
             if not entries:
                 raise
             log.warning("a chunk of %s failed in the store (%s); writing its entries one by one", self.stream, exc)
-            last = _str(entries[-1][0])
+            last = text(entries[-1][0])
             written = self._write_one_by_one(events, last)
         self._last = last
         self.consumed += len(entries)
