@@ -35,6 +35,7 @@ POLICIES = ("distrs", "ideal", "zq-dedicated")
 BUNDLED = {"cuda-colocated": "colocated", "cuda-disaggregated": "disaggregated"}
 TARGETS = {"fixed": 1.25, "jittered": 1.4}  # distrs GPU-s over ideal's, at most
 ZQ_TARGET = 3.3  # zq-dedicated GPU-s over distrs', at least (fixed 30 s)
+DELAY_S = Knobs().delay_s  # D: distrs' mean extra delay, at most (the replays run the default knobs)
 
 
 def load(name: str):
@@ -43,6 +44,21 @@ def load(name: str):
         return trace_io.read(trace_io.resolve(name))
     mode, seed = name.split("@")
     return generate(GeneratorParams(mode=mode, tasks=6, batches=12, batch_size=512), int(seed))
+
+
+def targets_met(line: dict) -> str:
+    """Issue 12's targets for one trace and start-up: 'met', 'missed: ...', or '-' where it sets none."""
+    jittered = line["startup"].startswith("lognormal")
+    if not (jittered or line["startup"] == "30"):
+        return "-"
+    missed = []
+    if line["distrs_delay_mean_s"] > DELAY_S:
+        missed.append("delay")
+    if "over_ideal" in line and line["over_ideal"] > TARGETS["jittered" if jittered else "fixed"]:
+        missed.append("ideal")
+    if not jittered and "zq_over_distrs" in line and line["zq_over_distrs"] < ZQ_TARGET:
+        missed.append("zq")
+    return "missed: " + ",".join(missed) if missed else "met"
 
 
 def one(case: tuple[str, str, str, int]) -> dict:
@@ -90,6 +106,7 @@ def main() -> None:
                 line["ideal_delay_mean_s"] = round(by["ideal"]["delay_mean_s"], 3)
             if "zq-dedicated" in by:
                 line["zq_over_distrs"] = round(by["zq-dedicated"]["gpu_s"] / d["gpu_s"], 3)
+            line["targets"] = targets_met(line)
         summary.append(line)
     by_startup = {}
     for line in summary:
@@ -101,12 +118,13 @@ def main() -> None:
     if args.json:
         print(json.dumps({"rows": rows, "summary": summary, "by_startup": medians}, indent=1))
         return
-    print(f"{'trace':24} {'startup':18} {'distrs GPU-s':>12} {'/ideal':>7} {'zq/':>6} {'delay':>6} {'ideal d':>7}")
+    print(f"{'trace':24} {'startup':18} {'distrs GPU-s':>12} {'/ideal':>7} {'zq/':>6} {'delay':>6} {'ideal d':>7}"
+          f"  targets")
     for line in summary:
         print(f"{line['trace']:24} {line['startup']:18} {line.get('distrs_gpu_s', 0):>12} "
               f"{line.get('over_ideal', float('nan')):>7.3f} {line.get('zq_over_distrs', float('nan')):>6.2f} "
               f"{line.get('distrs_delay_mean_s', float('nan')):>6.3f} "
-              f"{line.get('ideal_delay_mean_s', float('nan')):>7.3f}")
+              f"{line.get('ideal_delay_mean_s', float('nan')):>7.3f}  {line.get('targets', '-')}")
     print(json.dumps(medians, indent=1))
 
 

@@ -34,7 +34,8 @@ from farm.knobs import Knobs
 from planner.eval.kernel import EventQueue
 from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch
-from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision, Snapshot, StageState
+from planner.policy.decide import RECENT_NEEDS
+from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision, Need, Snapshot, StageState
 
 # Event kinds, each also its priority at one instant: workers free up and arrive before requests are dispatched
 FINISH, READY, OPEN, ARRIVE, TICK, LEAVE = range(6)
@@ -72,6 +73,7 @@ class Batch:
         self.stage = np.zeros(self.size, dtype=np.int64)
         self.state = np.zeros(self.size, dtype=np.int8)
         self.since = np.zeros(self.size)
+        self.served = np.zeros((self.size, self.requests.shape[1] - 1))  # time at each stage it has finished
         self.arrived = self.done = 0
         self.key = math.inf
         self.completed_at: float | None = None
@@ -117,6 +119,7 @@ class FarmState:
         self.decisions: list[tuple[float, float, int]] = []
         self.last = self.t0
         self.last_counts: tuple[int, ...] | None = None
+        self.recent: deque[Need] = deque(maxlen=RECENT_NEEDS)  # the policy's latest needs, passed back to it
 
     def pool(self, k: int, task: str) -> Pool:
         """The pool of stage k that serves `task` (one per stage unless zq-dedicated), made on first use."""
@@ -187,13 +190,15 @@ class FarmState:
                 id=b.id, task=b.tb.task, start_s=b.tb.start_s, size=b.size,
                 key=b.key if math.isfinite(b.key) else math.nan,
                 arrival=b.requests[:a, 0], stage=b.stage[:a], state=b.state[:a], since=b.since[:a],
-                oracle=b.requests if self.kind == "ideal" else None))
+                served=b.served[:a], oracle=b.requests if self.kind == "ideal" else None))
         return Snapshot(now=now, pipeline=self.pipeline, stages=tuple(stage_states), batches=tuple(live),
-                        history=dict(self.history), startup_s=self.policy_startup_s)
+                        history=dict(self.history), startup_s=self.policy_startup_s, recent=tuple(self.recent))
 
     def apply(self, decision: Decision, now: float) -> None:
         """Take the decision's batch keys and resize the pools to its targets."""
         m, queues, pools = self.m, self.queues, self.pools
+        if decision.need is not None:
+            self.recent.append(decision.need)
         for b in self.active.values():
             b.key = decision.estimates.get(b.id, b.key)
         if self.dedicated:

@@ -13,8 +13,15 @@ Policies (`knobs.policy`):
 Algorithm 1 sizes a pool that is constant until every active batch is done. Decisions recur at least
 every `knobs.tick_s`, so the pool needed *now* is only what that schedule keeps busy until the next
 decision can take effect (`tick_s + startup_s`): that is the decision, and an idle rollout phase costs
-nothing. The shorter the tick, the closer the pools follow that schedule: decisions take milliseconds,
-so the default tick is one second. Where a request the estimate did not foresee could wait longer than D
+nothing. The shorter the tick, the closer the pools follow that schedule: decisions take milliseconds, so
+the default tick is one second. The same window is the cost comparison for an idle worker: kept through a
+gap, it costs the gap; retired and replaced, the replacement is allocated for its whole start-up before
+it serves. So a worker the schedule needs again within a start-up (plus the tick) is kept, and one idle
+for longer is retired and its replacement started in time from the estimated arrivals (the cost per
+second of a stage's worker is the same either way, so comparing the times is comparing the costs). Where
+workers take a start-up, the pool follows the median need of the decisions of the last fifth of a start-
+up (`_steady`): an estimate is a sample, and a need that one sample in a few shows would start workers
+that are retired before they serve. Where a request the estimate did not foresee could wait longer than D
 for the next decision's worker (`tick_s + startup_s > D`), estimating policies keep spare workers at the
 stages that requests of batches in their end phase may still reach, as many as such requests can take
 before a replacement could be ready and never more than may still arrive (`_reserve`). A scale-down
@@ -38,10 +45,12 @@ from farm.knobs import Knobs
 from planner.policy.estimate import estimate
 from planner.policy.search import search
 from planner.policy.simulate import peak_busy
-from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Decision, Snapshot
+from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Decision, Need, Snapshot
 
 POLICIES = ("distrs", "history", "ideal", "zq-dedicated", "static:N1,N2,...")
 TOLERANCE = 0.1  # keep a pool up to 10% above its need rather than retire a worker or two
+STEADY_SHARE = 0.2  # with start-ups, a pool follows the median need over this share of a start-up
+RECENT_NEEDS = 64  # the latest needs a caller keeps for `Snapshot.recent`
 _STATIC = re.compile(r"^static:(\d+(?:,\d+)*)$")
 
 
@@ -68,6 +77,23 @@ def _band(need: int, current: int, startup_s: float) -> int:
     if need > 0 and need <= current <= top:
         return current
     return need
+
+
+def _steady(snapshot: Snapshot, need: dict[str, int], tick_s: float) -> dict[str, int]:
+    """The median need per stage over this decision and those of the last `STEADY_SHARE` of a start-up
+    (two ticks at least).
+
+    An estimate is a sample: one decision in a few may draw a tail that asks for many more workers (or
+    fewer), and the next one not. Where a new worker takes a start-up to be ready, following each sample
+    starts workers that are retired before they serve, and retires ones needed a tick later. The median
+    follows a need that persists about half the window later, a tenth of the start-up it waits for
+    anyway. With fewer than two earlier decisions in the window (after a quiet spell) the need stands.
+    """
+    window_s = max(2 * tick_s, STEADY_SHARE * snapshot.startup_s)
+    window = [r for r in snapshot.recent if snapshot.now - window_s < r.at <= snapshot.now]
+    if snapshot.startup_s <= 0 or len(window) < 2:
+        return need
+    return {q: int(np.median([n, *(r.workers.get(q, n) for r in window)])) for q, n in need.items()}
 
 
 def _clamp(snapshot: Snapshot, knobs: Knobs, counts) -> dict[str, int]:
@@ -176,12 +202,17 @@ def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
         w, [s.cost for s in snapshot.stages], scheduler=knobs.scheduler, delay_s=knobs.delay_s,
         timeout_aware=(kind == "distrs"), lookahead_s=lookahead,
     )
-    # `ideal` knows every request: no spare worker for the unforeseen
-    reserve = np.zeros(len(current), dtype=np.int64) if kind == "ideal" else _reserve(snapshot, w.keys, knobs)
-    counts = [_band(int(n + r), c, snapshot.startup_s) for n, r, c in zip(plan.window, reserve, current)]
+    queues = [s.queue for s in snapshot.stages]
+    if kind == "ideal":  # it knows every request: no spare worker for the unforeseen, no sample to steady
+        need = {q: int(n) for q, n in zip(queues, plan.window)}
+        steady = need
+    else:
+        need = {q: int(n + r) for q, n, r in zip(queues, plan.window, _reserve(snapshot, w.keys, knobs))}
+        steady = _steady(snapshot, need, knobs.tick_s)
+    counts = [_band(steady[q], c, snapshot.startup_s) for q, c in zip(queues, current)]
     reason = (
-        f"{kind}: N={list(plan.workers)} now={counts} for {len(snapshot.batches)} batches, "
-        f"{w.size} estimated requests, {plan.probes} simulations{note}"
+        f"{kind}: N={list(plan.workers)} need={list(need.values())} now={counts} for {len(snapshot.batches)} "
+        f"batches, {w.size} estimated requests, {plan.probes} simulations{note}"
     )
-    return Decision(_clamp(snapshot, knobs, counts), estimates, reason)
+    return Decision(_clamp(snapshot, knobs, counts), estimates, reason, need=Need(snapshot.now, need))
 

@@ -10,9 +10,12 @@ Per batch, from the history of its task (the previous batch, `[r_i, s_ij]`):
 Sampling uses a numpy generator seeded from the `random.Random` passed in: reproducible per seed.
 
 A task without history borrows the pooled history of the pipeline's other tasks (same stages, alike
-workload). With no history anywhere (a cold farm), the documented default: every arrived request runs to
-its stages' timeouts (the worst case), and one more request per batch with requests still to come
-arrives now, so each stage keeps a spare worker for the next arrival. Nothing is known of the others.
+workload). With no history anywhere (a cold farm), nothing is known of the requests still to come: one
+more per batch with requests to come arrives now, so each stage keeps a spare worker for the next
+arrival. The arrived ones take their times from the done requests of the pipeline's active batches
+(their `served` times) that arrived long enough ago to be done whatever they ran (`_learned`), once
+there are `COLD_LEARN` of them; before that, the documented default: each runs to its stages' timeouts
+(the worst case), which sizes a first batch's GPU pools for 60 s runs (issue 12: 3x `ideal`).
 
 `oracle=True` (the evaluation's `ideal`) uses each batch's actual requests instead.
 """
@@ -27,6 +30,7 @@ from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Snapshot
 from planner.policy.workload import Workload
 
 _EPS = 1e-6  # a running request has at least this much left
+COLD_LEARN = 32  # done requests a cold pipeline's estimate learns from, at least
 
 
 def _history_for(snapshot: Snapshot, task: str) -> np.ndarray | None:
@@ -35,6 +39,22 @@ def _history_for(snapshot: Snapshot, task: str) -> np.ndarray | None:
         return np.asarray(h, dtype=np.float64)
     others = [np.asarray(v, dtype=np.float64) for t, v in sorted(snapshot.history.items()) if len(v)]
     return np.concatenate(others) if others else None
+
+
+def _learned(snapshot: Snapshot) -> np.ndarray:
+    """With no history anywhere, learn from the pipeline's active batches: the done requests that
+    arrived at least the sum of the timeouts ago, as history rows; none until there are `COLD_LEARN`.
+    Younger done requests would be the quick ones only (the slow ones of their age are still out), and
+    a history of quick ones plans too few workers for the rest; one that old was done whatever it ran,
+    unless it waited."""
+    since = snapshot.now - float(snapshot.timeouts.sum())
+    rows = []
+    for b in snapshot.batches:
+        if b.served is not None:
+            old = (b.state == DONE) & (b.start_s + b.arrival <= since)
+            rows.append(np.column_stack([b.arrival[old], b.served[old]]))
+    h = np.concatenate(rows) if rows else np.zeros((0, 1 + len(snapshot.stages)))
+    return h if len(h) >= COLD_LEARN else h[:0]
 
 
 def _future(b: ActiveBatch, h: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
@@ -97,6 +117,7 @@ def estimate(snapshot: Snapshot, rng: random.Random, *, oracle: bool = False) ->
     gen = np.random.default_rng(rng.getrandbits(64))
     arrivals, times, running, batch, deadlines = [], [], [], [], []
     cold: list[str] = []
+    learned: np.ndarray | None = None  # read once, and only for a cold batch
     for bi, b in enumerate(snapshot.batches):
         live = b.state != DONE
         k, state, since = b.stage[live], b.state[live], b.since[live]
@@ -118,19 +139,24 @@ def estimate(snapshot: Snapshot, rng: random.Random, *, oracle: bool = False) ->
             h = _history_for(snapshot, b.task)
             if h is None:
                 cold.append(b.id)
+                if learned is None:
+                    learned = _learned(snapshot)
+            if h is None and not len(learned):
                 t = np.tile(timeouts, (len(k), 1))
                 t[np.arange(m)[None, :] < k[:, None]] = 0.0
                 rows = np.flatnonzero(is_run)
                 t[rows, k[rows]] = np.maximum(timeouts[k[rows]] - elapsed[rows], _EPS)
-                spare = 1 if b.outstanding > 0 else 0
-                f_arr, f_times = np.full(spare, now), np.tile(timeouts, (spare, 1))
             else:
                 t = np.zeros((len(k), m))
                 q = np.flatnonzero(~is_run)
-                t[q] = _queued(h, k[q], gen, timeouts)
+                t[q] = _queued(h if h is not None else learned, k[q], gen, timeouts)
                 r = np.flatnonzero(is_run)
-                t[r] = _running(h, k[r], elapsed[r], gen, timeouts)
+                t[r] = _running(h if h is not None else learned, k[r], elapsed[r], gen, timeouts)
+            if h is not None:
                 f_arr, f_times = _future(b, h, now)
+            else:  # nothing says when the rest arrive: a spare worker per stage for the next one
+                spare = 1 if b.outstanding > 0 else 0
+                f_arr, f_times = np.full(spare, now), np.tile(timeouts, (spare, 1))
         arrivals += [np.where(is_run, now, since), f_arr]
         times += [t, f_times]
         running += [is_run, np.zeros(len(f_arr), dtype=bool)]

@@ -68,7 +68,7 @@ def _lower_bound(sim: Simulator, k: int, grid: int = 16) -> int:
     cut = lim - s - sim.rest_after[k][idx]
     if sim.timeout_aware:  # at its first stage a request's arrival is known, so is its timeout-aware bound
         entry = w.first_stage()[idx] == k
-        bound = np.maximum(np.maximum(w.arrival[idx], sim.floor), lim - sim.lt[k])
+        bound = np.maximum(np.maximum(w.arrival[idx], sim.floor) + sim.slack, lim - sim.lt[k])
         cut = np.where(entry, np.minimum(cut, bound), cut)
     sure = cut < earliest + s
     best = peak_busy(cut[sure], (earliest + s)[sure])
@@ -95,7 +95,7 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
     ref = free.queue_free()
     on_time = w.deadlines + delay_s
     limits = np.where(ref.completion <= on_time, on_time, ref.completion + delay_s)
-    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, limits=limits)
+    sim = Simulator(w, scheduler=scheduler, delay_s=delay_s, timeout_aware=timeout_aware, limits=limits)
     num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
     probes = 1
     order = tuple(sorted(range(m), key=lambda k: (-costs[k], k)))

@@ -14,7 +14,12 @@ shrinks below its busy workers, each busy worker leaves when it finishes (the fi
 The timeout-aware check (§5.1): a request that had to wait at stage k fails the simulation as soon as it
 could not finish by T + D if it ran to the timeouts of its remaining stages, LT = ts + sum_{j>=k} T_j.
 A wait that no pool size can avoid (until `now + startup_s`, when new workers can first be ready) is
-not counted: that is what is still possible.
+not counted: that is what is still possible. Nor is a wait of up to D / M at a stage (M stages): a
+request's waits are all it can add to its batch's extra delay, whatever it runs (C - T is at most the
+longest total wait of a request, since a request that runs long moves T with it), so waits of D / M per
+stage keep its batch within D. Counted, even the moment a busy pool takes to free a worker fails a
+request of a batch near its end, and the only pool that passes is one that drains the whole backlog at
+once: hundreds of workers for one decision, gone at the next (`docs/design.md` §14, trap 5).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class Simulator:
     """SIMULATE over one workload, reusable across the probes of Algorithm 1."""
 
     def __init__(self, w: Workload, *, scheduler: str = "ebf", delay_s: float = 0.0, timeout_aware: bool = True,
-                 limits: np.ndarray | None = None) -> None:
+                 limits: np.ndarray | None = None, slack_s: float | None = None) -> None:
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {scheduler!r}")
         self.w, self.scheduler, self.timeout_aware = w, scheduler, timeout_aware
@@ -66,6 +71,9 @@ class Simulator:
         self.rest_after = [w.times[:, k + 1:].sum(axis=1) for k in range(m)]
         self.lt = np.cumsum(w.timeouts[::-1])[::-1]
         self.floor = w.now + w.startup_s
+        # timeout-aware: the avoidable wait at one stage that a request may take whatever it runs: D / M,
+        # so that its waits at all its stages add at most D to its batch
+        self.slack = delay_s / m if slack_s is None else float(slack_s)
         self.ready0 = w.arrival.copy()
         # EBF ranks: batches with equal keys share one FIFO (the live order: key, then arrival)
         self.rank = np.unique(w.keys, return_inverse=True)[1].reshape(-1) if len(w.keys) else np.zeros(0, np.int64)
@@ -158,12 +166,17 @@ class Simulator:
             # (timeout-aware) a wait, beyond what no pool avoids, after which LT > limit
             late = lim_s - srv_s - self.rest_after[k][sel] + 1e-9
             if self.timeout_aware:
-                late = np.minimum(late, np.maximum(np.maximum(arr_s, self.floor), lim_s - float(self.lt[k])))
+                late = np.minimum(late, np.maximum(self._excused(arr_s), lim_s - float(self.lt[k])))
             cut = late.tolist()
         grp = self.rank[w.batch[sel]].tolist() if self.scheduler == "ebf" else []
         prepared = (order, sel, arr_s.tolist() + [_INF], srv_s.tolist(), grp, cut, lim_s)
         self._cache[(k, stop_early)] = (arr_all.copy(), prepared)
         return prepared
+
+    def _excused(self, arrival: np.ndarray) -> np.ndarray:
+        """The latest start that the timeout-aware check never fails: the request's arrival at the stage
+        (or when new workers can first be ready, if later) plus the slack."""
+        return np.maximum(arrival, self.floor) + self.slack
 
     def _stage(self, k: int, n_workers: int, ready: np.ndarray, stop_early: bool, starts) -> bool:
         """Advance `ready` through stage k in place; False on a violation."""
@@ -193,7 +206,7 @@ class Simulator:
             st = fin_a - w.times[sel, k]
             if self.timeout_aware and not stop_early:
                 arr_a = arr_all[order]
-                waited = (st > arr_a + 1e-9) & (st > self.floor + 1e-9) & (st + lt > lim_s)
+                waited = (st > arr_a + 1e-9) & (st > self._excused(arr_a) + 1e-9) & (st + lt > lim_s)
                 ok = not waited.any()
             ready[sel] = fin_a
             if starts is not None:

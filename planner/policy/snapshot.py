@@ -52,7 +52,9 @@ class ActiveBatch:
     value when done), `state` (QUEUED, RUNNING or DONE) and `since` (absolute time it entered that
     stage's queue, started running there, or finished). `size - len(arrival)` requests are still to come.
     `oracle` is for the evaluation's `ideal` policy only: the actual `[r_i, s_i1..s_iM]` of all `size`
-    requests, the arrived ones first and in the same order as the arrays.
+    requests, the arrived ones first and in the same order as the arrays. `served` (optional, one row of
+    M per arrived request) is the time each spent at every stage it has finished; 0 where it has not
+    been (yet, or ever): what a cold pipeline learns from before any batch completes.
     """
 
     id: str
@@ -65,6 +67,7 @@ class ActiveBatch:
     state: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     since: np.ndarray = field(default_factory=lambda: np.zeros(0))
     oracle: np.ndarray | None = None
+    served: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name, dtype in (("arrival", np.float64), ("stage", np.int64), ("state", np.int8), ("since", np.float64)):
@@ -76,6 +79,12 @@ class ActiveBatch:
             raise ValueError(f"batch {self.id!r}: {n} requests arrived but the batch has only {self.size}")
         if n and not np.isin(self.state, (QUEUED, RUNNING, DONE)).all():
             raise ValueError(f"batch {self.id!r}: state must be QUEUED (0), RUNNING (1) or DONE (2)")
+        if self.served is not None:
+            served = np.array(self.served, dtype=np.float64, copy=True)
+            if served.ndim != 2 or served.shape[0] != n or not (served >= 0).all():
+                raise ValueError(f"batch {self.id!r}: served must be one row of times >= 0 per arrived request")
+            served.setflags(write=False)
+            object.__setattr__(self, "served", served)
         if self.oracle is not None:
             oracle = np.array(self.oracle, dtype=np.float64, copy=True)
             if oracle.ndim != 2 or oracle.shape[0] != self.size:
@@ -90,6 +99,14 @@ class ActiveBatch:
 
 
 @dataclass(frozen=True)
+class Need:
+    """What one decision found each stage needs, before it was steadied against the ones before it."""
+
+    at: float
+    workers: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One pipeline at `now`: its stages (in pipeline order), active batches, and per-task history."""
 
@@ -100,6 +117,8 @@ class Snapshot:
     # task -> its latest completed batch, [r_i, s_i1..s_iM] per request (the paper's R and S)
     history: Mapping[str, np.ndarray] = field(default_factory=dict)
     startup_s: float = 0.0  # how long a new worker takes to be ready (the backend's cold start)
+    # the policy's own latest needs for this pipeline (`Decision.need`), oldest first, as the caller kept them
+    recent: tuple[Need, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -111,6 +130,8 @@ class Snapshot:
         for b in self.batches:
             if b.oracle is not None and b.oracle.shape[1] != width:
                 raise ValueError(f"batch {b.id!r}: oracle rows must have {width} numbers")
+            if b.served is not None and b.served.shape[1] != width - 1:
+                raise ValueError(f"batch {b.id!r}: served rows must have one time per stage ({width - 1})")
         if self.startup_s < 0:
             raise ValueError("startup_s must be >= 0")
 
@@ -124,10 +145,12 @@ class Decision:
     """Workers per stage queue (clamped to the knobs), the new EBF key T per active batch, and why.
 
     `dedicated` is set only by `zq-dedicated`: task -> queue -> workers of that task's own pools
-    (`workers` is then their sum).
+    (`workers` is then their sum). `need` is what this decision alone found (estimating policies only):
+    the caller keeps the latest few and passes them back as `Snapshot.recent`.
     """
 
     workers: Mapping[str, int]
     estimates: Mapping[str, float]
     reason: str
     dedicated: Mapping[str, Mapping[str, int]] | None = None
+    need: Need | None = None

@@ -29,11 +29,15 @@ import random
 import threading
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from farm.knobs import Knobs
 from farm.store.decisions import DecisionRecord
+from planner.policy.decide import RECENT_NEEDS
+from planner.policy.snapshot import Snapshot
 from planner.runtime.epochs import Wakeup
 from planner.runtime.pools import Changes, PoolWorker, clamp, plan
 from planner.runtime.view import LiveView, PipelineView, cold_floor, decision_estimates, decision_workers
@@ -98,6 +102,7 @@ class Daemon:
         self.monotonic = monotonic
         self.instance = uuid.uuid4().hex[:6]
         self._recorded: dict[str, dict[str, int]] = {}  # per pipeline, the pools of its last recorded decision
+        self._needs: dict[str, deque] = {}  # per pipeline, the policy's latest needs (`Snapshot.recent`)
         self.workers: list[Any] = []  # what the backend listed at the last epoch (`farm status` shows it)
 
     def start(self) -> Any:
@@ -126,9 +131,15 @@ class Daemon:
         return records
 
     def _decide_pipeline(self, view: PipelineView, knobs: Knobs, workers: list[Any], now: float, reason: str):
+        needs = self._needs.setdefault(view.pipeline, deque(maxlen=RECENT_NEEDS))
+        snapshot = view.snapshot
+        if isinstance(snapshot, Snapshot):  # the policy steadies its need against its own latest ones
+            snapshot = replace(snapshot, recent=tuple(needs))
         started = time.perf_counter()
-        decision = self.decide(view.snapshot, knobs, self.rng)
+        decision = self.decide(snapshot, knobs, self.rng)
         runtime = time.perf_counter() - started
+        if getattr(decision, "need", None) is not None:
+            needs.append(decision.need)
         target = decision_workers(decision, view.stages)
         floor = cold_floor(view, knobs, self.cold_workers)
         target = {q: max(n, floor.get(q, 0)) for q, n in target.items()}

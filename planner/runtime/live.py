@@ -44,6 +44,24 @@ def stage_states(pipeline: Any, knobs: Knobs, pools: Mapping[str, tuple[int, int
     return tuple(out)
 
 
+def served(records: Iterable[Any], index: Mapping[str, int]) -> list[float]:
+    """Seconds a request spent at each stage it has finished (0 elsewhere), from its stage records."""
+    out = [0.0] * len(index)
+    for record in records:
+        if not isinstance(record, Mapping):
+            continue
+        j = index.get(record.get("name"))
+        if j is None:
+            continue
+        try:
+            seconds = float(record.get("finished_at")) - float(record.get("started_at"))
+        except (TypeError, ValueError):
+            continue  # a record without its times says nothing of the stage's time
+        if math.isfinite(seconds):
+            out[j] = max(0.0, seconds)
+    return out
+
+
 def active_batch(
     progress: Any,
     names: Sequence[str],
@@ -58,6 +76,7 @@ def active_batch(
     (`:res`); `pending`: id -> (stage index, queued at); `running`: id -> (stage index, started at).
     """
     rows = []
+    index = {name: j for j, name in enumerate(names)}
     for rid, raw in states.items():
         try:
             state = RequestState.decode(raw)
@@ -68,30 +87,34 @@ def active_batch(
         if arrived is None:
             continue
         offset = max(0.0, arrived - progress.opened_at)
+        done = served(state.records, index)
         if rid in running:
             j, since = running[rid]
-            rows.append((offset, j, RUNNING, since, rid))
+            rows.append((offset, j, RUNNING, since, rid, done))
         elif rid in pending:
             j, since = pending[rid]
-            rows.append((offset, j, QUEUED, since, rid))
+            rows.append((offset, j, QUEUED, since, rid, done))
         elif rid in results or state.next_visit(names) is None:
             finished = arrived
             try:
-                finished = float(json.loads(results[rid]).get("finished_at") or arrived)
-            except (KeyError, TypeError, ValueError):
+                result = json.loads(results[rid])
+                finished = float(result.get("finished_at") or arrived)
+                # the state is not written again after the last stage: the result has every stage's record
+                done = served(result.get("stages") or (), index)
+            except (KeyError, TypeError, ValueError, AttributeError):
                 pass
-            rows.append((offset, 0, DONE, finished, rid))
+            rows.append((offset, 0, DONE, finished, rid, done))
         else:
             # Neither queued, running nor done (a lapsed lease not yet reclaimed): the worst case for the
             # pool is that it is queued at its next stage since it last moved.
-            rows.append((offset, list(names).index(state.next_visit(names)), QUEUED, state.queued_at or arrived, rid))
+            rows.append((offset, index[state.next_visit(names)], QUEUED, state.queued_at or arrived, rid, done))
     rows.sort(key=lambda r: (r[0], r[4]))
     key = float(progress.key) if progress.key is not None else math.nan
     return ActiveBatch(
         id=progress.batch_id, task=progress.task, start_s=float(progress.opened_at), size=int(progress.size),
         key=key,
         arrival=[r[0] for r in rows], stage=[r[1] for r in rows], state=[r[2] for r in rows],
-        since=[r[3] for r in rows],
+        since=[r[3] for r in rows], served=np.array([r[5] for r in rows]).reshape(len(rows), len(names)),
     )
 
 

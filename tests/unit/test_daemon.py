@@ -11,6 +11,7 @@ import pytest
 from farm.config import Settings
 from farm.knobs import Knobs
 from planner.backends.fake import FakeBackend, FakeWorld
+from planner.policy.snapshot import Need, Snapshot, StageState
 from planner.runtime.daemon import Daemon
 from planner.runtime.view import PipelineView, cold_floor, decision_workers
 
@@ -351,3 +352,22 @@ def test_a_decisions_stages_are_spawned_side_by_side_not_one_after_another():
     daemon, *_ = make_daemon(StaticView(view({"workers": {C: 2, E: 3}})), backend)
     daemon.step("tick")
     assert (count(backend, C), count(backend, E)) == (2, 3)
+
+
+def test_the_daemon_passes_the_policys_latest_needs_back_to_it():
+    stages = (StageState("compile", "cpu", 1.0, 120.0, C), StageState("execute", "gpu", 8.0, 60.0, E))
+    seen = []
+
+    def policy(snapshot, knobs, rng):
+        seen.append(snapshot.recent)
+        need = Need(snapshot.now, {C: len(seen), E: 0})
+        return SimpleNamespace(workers={C: 0, E: 0}, estimates={}, reason="stand-in", need=need)
+
+    backend, _ = fake_backend()
+    daemon, *_ = make_daemon(StaticView(view(Snapshot(now=100.0, pipeline="synthetic", stages=stages))), backend,
+                             decide=policy)
+    for _ in range(4):
+        daemon.step("tick")
+    assert seen[0] == ()
+    assert [n.workers[C] for n in seen[1]] == [1]
+    assert [n.workers[C] for n in seen[3]] == [1, 2, 3]

@@ -161,3 +161,22 @@ def test_a_pipeline_plans_with_the_slowest_start_up_of_its_own_stages(monkeypatc
     farm = live.LiveFarm(SimpleNamespace(namespace="t"), redis=None, engine=None, startup_s=5.0, backend="docker")
     assert farm.startup(0.0, ("cuda.compile", "cuda.execute")) == 45.0
     assert farm.startup(0.0, ("code.run",)) == 5.0  # quicker than configured: plan with the configured one
+
+
+def test_the_time_each_request_spent_at_the_stages_it_finished_is_read_from_its_records():
+    compile_record = {"name": "compile", "queued_at": 101.0, "started_at": 101.5, "finished_at": 104.0}
+    execute_record = {"name": "execute", "queued_at": 104.0, "started_at": 105.0, "finished_at": 108.0}
+    states = {"r": state(101.0, records=[compile_record]), "d": state(101.0, records=[compile_record])}
+    # the state is not written after the last stage: a done request's times come from its result
+    results = {"d": json.dumps({"finished_at": 108.0, "stages": [compile_record, execute_record]})}
+    b = active_batch(progress(), NAMES, states, results, pending={}, running={"r": (1, 104.5)})
+    by_state = {int(s): list(row) for s, row in zip(b.state, b.served)}
+    assert by_state[RUNNING] == [2.5, 0.0]
+    assert by_state[DONE] == [2.5, 3.0]
+
+
+def test_a_stage_record_without_its_times_teaches_nothing():
+    states = {"x": state(105.0, records=[{"name": "compile", "queued_at": 101.0, "started_at": None,
+                                          "finished_at": 105.0}])}
+    b = active_batch(progress(), NAMES, states, {}, {}, {})
+    assert list(b.served[0]) == [0.0, 0.0]

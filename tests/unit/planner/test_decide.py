@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from farm.knobs import Knobs
-from planner.policy.decide import _band, _reserve, decide, parse_policy
-from planner.policy.snapshot import QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
+from planner.policy.decide import _band, _reserve, _steady, decide, parse_policy
+from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Need, Snapshot, StageState
 
 STAGES = (StageState("compile", "cpu", 1.0, 120.0, "cuda.compile"), StageState("execute", "gpu", 8.0, 60.0, "cuda.execute"))
 
@@ -141,3 +144,65 @@ def test_where_a_replacement_takes_a_start_up_a_small_pool_keeps_one_surplus_wor
 def test_a_pool_up_to_ten_percent_over_its_need_is_kept():
     assert _band(need=20, current=22, startup_s=0.0) == 22
     assert _band(need=20, current=23, startup_s=0.0) == 20
+
+
+def _needs(at_and_execute):
+    return tuple(Need(at, {"cuda.compile": 5, "cuda.execute": n}) for at, n in at_and_execute)
+
+
+def _with_recent(snap, recent, startup_s=30.0):
+    return replace(snap, recent=recent, startup_s=startup_s)
+
+
+def test_a_decision_reports_its_own_need_for_the_next_one():
+    decision = decide(_snapshot(), Knobs(), random.Random(1))
+    assert decision.need is not None and decision.need.at == 150.0
+    assert set(decision.need.workers) == {"cuda.compile", "cuda.execute"}
+
+
+def test_a_need_seen_at_one_decision_alone_starts_no_worker_where_workers_take_a_start_up():
+    snap = _with_recent(_snapshot(), _needs([(148.0, 2), (149.0, 2)]))
+    need = {"cuda.compile": 5, "cuda.execute": 300}
+    assert _steady(snap, need, tick_s=1.0)["cuda.execute"] == 2
+
+
+def test_a_need_seen_twice_in_a_row_is_followed():
+    snap = _with_recent(_snapshot(), _needs([(148.0, 2), (149.0, 300)]))
+    assert _steady(snap, {"cuda.compile": 5, "cuda.execute": 310}, tick_s=1.0)["cuda.execute"] == 300
+
+
+def test_with_instant_start_ups_every_need_is_followed_at_once():
+    snap = _with_recent(_snapshot(), _needs([(148.0, 2), (149.0, 2)]), startup_s=0.0)
+    assert _steady(snap, {"cuda.compile": 5, "cuda.execute": 300}, tick_s=1.0)["cuda.execute"] == 300
+
+
+def test_needs_older_than_a_fifth_of_a_start_up_do_not_hold_a_pool_back():
+    snap = _with_recent(_snapshot(), _needs([(143.0, 2), (143.5, 2)]))  # 30 s start-up: a 6 s window
+    assert _steady(snap, {"cuda.compile": 5, "cuda.execute": 300}, tick_s=1.0)["cuda.execute"] == 300
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 500), min_size=2, max_size=12), st.integers(0, 500))
+def test_a_steadied_need_lies_between_the_least_and_the_most_of_its_window(past, now_need):
+    snap = _with_recent(_snapshot(), _needs([(150.0 - 0.4 * (len(past) - i), n) for i, n in enumerate(past)]))
+    window = [*past, now_need]  # all within the last 6 s (a fifth of the 30 s start-up)
+    got = _steady(snap, {"cuda.compile": 5, "cuda.execute": now_need}, tick_s=1.0)["cuda.execute"]
+    assert min(window) <= got <= max(window)
+
+
+def _gap(next_arrival, startup_s=30.0):
+    """One execute worker, idle since 140; the batch's next request reaches execute at `next_arrival`."""
+    oracle = [[100.0, 0.0, 40.0], [next_arrival, 0.0, 5.0]]
+    batch = ActiveBatch("b", "t", 0.0, 2, arrival=[100.0], stage=[1], state=[DONE], since=[140.0], oracle=oracle)
+    stages = (STAGES[0], replace(STAGES[1], workers=1))
+    return Snapshot(now=150.0, pipeline="cuda", stages=stages, batches=(batch,), startup_s=startup_s)
+
+
+def test_an_idle_worker_is_kept_through_a_gap_shorter_than_its_replacements_start_up():
+    # idle from 150 to 170: 20 s kept cost less than the 30 s a replacement is allocated while it starts
+    assert decide(_gap(170.0), Knobs(policy="ideal"), random.Random(1)).workers["cuda.execute"] == 1
+
+
+def test_an_idle_worker_is_retired_through_a_gap_longer_than_its_replacements_start_up():
+    # idle from 150 to 200: a replacement started at 170 is ready in time and costs 30 s, not 50
+    assert decide(_gap(200.0), Knobs(policy="ideal"), random.Random(1)).workers["cuda.execute"] == 0

@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from planner.policy.estimate import estimate
+from planner.policy.estimate import COLD_LEARN, estimate
 from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Snapshot, StageState
 
 STAGES = (StageState("compile", "cpu", 1.0, 120.0, "cuda.compile"), StageState("execute", "gpu", 8.0, 60.0, "cuda.execute"))
@@ -67,3 +67,35 @@ def test_with_no_history_anywhere_arrived_requests_run_to_their_timeouts():
     assert cold == ("b",)
     assert list(w.times[0]) == [120.0, 60.0]
     assert w.size == 2  # and one spare request for what is still to come
+
+
+def _cold(now, done_arrivals, served_row=(40.0, 5.0)):
+    """A cold pipeline: batch `b` with done requests that arrived at `done_arrivals` and one queued at
+    compile, and no history anywhere."""
+    n = len(done_arrivals)
+    b = ActiveBatch("b", "new", 0.0, n + 2, arrival=[*done_arrivals, now - 1.0], stage=[0] * (n + 1),
+                    state=[DONE] * n + [QUEUED], since=[now - 2.0] * n + [now - 1.0],
+                    served=[list(served_row)] * n + [[0.0, 0.0]])
+    return _snap(b, now=now, history={})
+
+
+def test_a_cold_pipeline_learns_its_times_from_requests_done_long_enough_ago():
+    w, cold = estimate(_cold(now=500.0, done_arrivals=[10.0] * COLD_LEARN), random.Random(1))
+    assert cold == ("b",)
+    assert list(w.times[0]) == [40.0, 5.0]  # not the timeouts
+
+
+def test_requests_done_too_recently_to_have_run_their_course_teach_nothing():
+    # arrived 100 s ago, less than the 180 s of timeouts: the slow ones of their age are still out
+    w, _ = estimate(_cold(now=500.0, done_arrivals=[400.0] * COLD_LEARN), random.Random(1))
+    assert list(w.times[0]) == [120.0, 60.0]
+
+
+def test_too_few_done_requests_leave_the_worst_case():
+    w, _ = estimate(_cold(now=500.0, done_arrivals=[10.0] * (COLD_LEARN - 1)), random.Random(1))
+    assert list(w.times[0]) == [120.0, 60.0]
+
+
+def test_a_cold_batch_learning_its_times_still_keeps_a_spare_for_what_is_to_come():
+    w, _ = estimate(_cold(now=500.0, done_arrivals=[10.0] * COLD_LEARN), random.Random(1))
+    assert w.size == 2 and list(w.times[1]) == [120.0, 60.0]

@@ -72,7 +72,7 @@ def test_the_answer_keeps_the_constraint_and_one_fewer_at_the_last_stage_searche
     # (pools under 100 workers are searched exactly; larger ones to within PRECISION)
     w = _two_stage_workload(reqs)
     plan = search(w, [1.0, 8.0], scheduler=scheduler, delay_s=delay, timeout_aware=timeout_aware)
-    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, limits=plan.limits)
+    sim = Simulator(w, scheduler=scheduler, delay_s=delay, timeout_aware=timeout_aware, limits=plan.limits)
     assert sim.run(list(plan.workers), stop_early=False).ok
     last = plan.order[-1]
     if plan.workers[last] > 0:

@@ -147,3 +147,23 @@ def test_the_queue_free_run_equals_the_event_loop_with_a_worker_per_request(reqs
     assert np.allclose(fast.completion, loop.completion)
     for a, b in zip(fast.starts, loop.starts):
         assert np.allclose(a, b, equal_nan=True)
+
+
+def _near_its_end(service):
+    """Two workers busy until `service` with another batch's requests; a 5 s request of a batch due at 20
+    (D 2, limit 22) arrives at 1. Run to its 60 s timeout it would miss the limit whenever it waits."""
+    return single_stage([0, 0, 1], [service, service, 5], 60, batch=[0, 0, 1], keys=[100.0, 20.0],
+                        deadlines=[100.0, 20.0])
+
+
+def test_a_wait_of_up_to_d_over_the_stages_is_excused_by_the_timeout_aware_check():
+    # one stage: the urgent request may wait up to D = 2 s, which adds at most D to its batch
+    assert simulate(_near_its_end(2.9), [2], delay_s=2.0, timeout_aware=True, stop_early=False).ok
+    assert simulate(_near_its_end(2.9), [2], delay_s=2.0, timeout_aware=True).ok
+
+
+def test_a_longer_wait_of_a_request_near_its_batchs_end_still_fails_the_timeout_aware_check():
+    assert not simulate(_near_its_end(3.5), [2], delay_s=2.0, timeout_aware=True, stop_early=False).ok
+    assert not simulate(_near_its_end(3.5), [2], delay_s=2.0, timeout_aware=True).ok
+    assert simulate(_near_its_end(3.5), [3], delay_s=2.0, timeout_aware=True).ok
+    assert simulate(_near_its_end(3.5), [2], delay_s=2.0, timeout_aware=False).ok  # history alone lets it wait
