@@ -95,7 +95,10 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
     ref = free.queue_free()
     on_time = w.deadlines + delay_s
     limits = np.where(ref.completion <= on_time, on_time, ref.completion + delay_s)
-    sim = Simulator(w, scheduler=scheduler, delay_s=delay_s, timeout_aware=timeout_aware, limits=limits)
+    # the timeout-aware check excuses a wait of D / M per stage only where a new worker cannot come within
+    # D: there its strict pool would be started ahead and idle, elsewhere it costs only workers that serve
+    slack = delay_s / m if lookahead_s > delay_s else 0.0
+    sim = Simulator(w, scheduler=scheduler, delay_s=delay_s, timeout_aware=timeout_aware, limits=limits, slack_s=slack)
     num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
     probes = 1
     order = tuple(sorted(range(m), key=lambda k: (-costs[k], k)))

@@ -14,12 +14,13 @@ shrinks below its busy workers, each busy worker leaves when it finishes (the fi
 The timeout-aware check (§5.1): a request that had to wait at stage k fails the simulation as soon as it
 could not finish by T + D if it ran to the timeouts of its remaining stages, LT = ts + sum_{j>=k} T_j.
 A wait that no pool size can avoid (until `now + startup_s`, when new workers can first be ready) is
-not counted: that is what is still possible. Nor is a wait of up to D / M at a stage (M stages): a
-request's waits are all it can add to its batch's extra delay, whatever it runs (C - T is at most the
-longest total wait of a request, since a request that runs long moves T with it), so waits of D / M per
-stage keep its batch within D. Counted, even the moment a busy pool takes to free a worker fails a
-request of a batch near its end, and the only pool that passes is one that drains the whole backlog at
-once: hundreds of workers for one decision, gone at the next (`docs/design.md` §14, trap 5).
+not counted: that is what is still possible. Nor is a wait of up to `slack_s` at a stage, D / M unless
+told (M stages): a request's waits are all it can add to its batch's extra delay, whatever it runs
+(C - T is at most the longest total wait of a request, since a request that runs long moves T with it),
+so waits of D / M per stage keep its batch within D. Counted, even the moment a busy pool takes to free
+a worker fails a request of a batch near its end, and the only pool that passes is one that drains the
+whole backlog at once: hundreds of workers, which with start-ups must be started ahead and sit idle
+(`docs/design.md` §14, trap 5; `search` excuses the wait only there).
 """
 
 from __future__ import annotations

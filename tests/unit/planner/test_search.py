@@ -133,3 +133,21 @@ def test_no_pool_below_a_stages_lower_bound_passes_even_with_the_other_stage_amp
             pools = [w.size, w.size]
             pools[k] = bound - 1
             assert not sim.run(pools, stop_early=False).ok
+
+
+def _urgent_behind_a_backlog():
+    """Two 2.9 s requests of a far batch arrive at 0; a 5 s request of a batch due at 20 (limit 22)
+    arrives at 1 and, run to its 60 s timeout, would miss the limit if it waited at all."""
+    return single_stage([0, 0, 1], [2.9, 2.9, 5], 60, batch=[0, 0, 1], keys=[100.0, 20.0], deadlines=[100.0, 20.0])
+
+
+def test_where_a_new_worker_cannot_come_within_d_a_short_wait_needs_no_worker_of_its_own():
+    # one worker: the urgent request waits 1.9 s (within D / M = 2 s) for it, then the far batch's second
+    plan = search(_urgent_behind_a_backlog(), [8.0], delay_s=2.0, timeout_aware=True, lookahead_s=31.0)
+    assert plan.workers == (1,)
+
+
+def test_where_a_new_worker_comes_within_d_the_timeout_aware_check_counts_every_wait():
+    # a worker free the moment it arrives: one for each request at once
+    plan = search(_urgent_behind_a_backlog(), [8.0], delay_s=2.0, timeout_aware=True, lookahead_s=1.0)
+    assert plan.workers == (3,)
