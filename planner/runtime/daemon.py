@@ -163,6 +163,8 @@ class Daemon:
             details={
                 "pipeline": view.pipeline,
                 "policy_reason": str(getattr(decision, "reason", "")),
+                # what this decision alone found, before it was steadied against the latest ones
+                "need": dict(decision.need.workers) if getattr(decision, "need", None) is not None else None,
                 "spawned": dict(changes.spawn),
                 "retired": [w.name for w in changes.retire],
                 "cold": list(view.cold),

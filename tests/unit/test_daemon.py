@@ -366,8 +366,8 @@ def test_the_daemon_passes_the_policys_latest_needs_back_to_it():
     backend, _ = fake_backend()
     daemon, *_ = make_daemon(StaticView(view(Snapshot(now=100.0, pipeline="synthetic", stages=stages))), backend,
                              decide=policy)
-    for _ in range(4):
-        daemon.step("tick")
+    records = [daemon.step("tick")[0] for _ in range(4)]
+    assert records[0].details["need"] == {C: 1, E: 0}  # recorded beside the steadied target
     assert seen[0] == ()
     assert [n.workers[C] for n in seen[1]] == [1]
     assert [n.workers[C] for n in seen[3]] == [1, 2, 3]
