@@ -100,7 +100,8 @@ def active_batch(
                 result = json.loads(results[rid])
                 finished = float(result.get("finished_at") or arrived)
                 # the state is not written again after the last stage: the result has every stage's record
-                done = served(result.get("stages") or (), index)
+                if result.get("stages"):
+                    done = served(result["stages"], index)
             except (KeyError, TypeError, ValueError, AttributeError):
                 pass
             rows.append((offset, 0, DONE, finished, rid, done))

@@ -175,6 +175,13 @@ def test_the_time_each_request_spent_at_the_stages_it_finished_is_read_from_its_
     assert by_state[DONE] == [2.5, 3.0]
 
 
+def test_a_result_without_stage_records_keeps_the_times_its_state_has():
+    record = {"name": "compile", "queued_at": 101.0, "started_at": 101.5, "finished_at": 104.0}
+    states = {"d": state(101.0, records=[record])}
+    b = active_batch(progress(), NAMES, states, {"d": json.dumps({"finished_at": 104.0})}, {}, {})
+    assert (int(b.state[0]), list(b.served[0])) == (DONE, [2.5, 0.0])
+
+
 def test_a_stage_record_without_its_times_teaches_nothing():
     states = {"x": state(105.0, records=[{"name": "compile", "queued_at": 101.0, "started_at": None,
                                           "finished_at": 105.0}])}
