@@ -141,7 +141,8 @@ def estimate(snapshot: Snapshot, rng: random.Random, *, oracle: bool = False) ->
                 cold.append(b.id)
                 if learned is None:
                     learned = _learned(snapshot)
-            if h is None and not len(learned):
+            source = h if h is not None else learned
+            if not len(source):  # no history and too little learned: the worst case
                 t = np.tile(timeouts, (len(k), 1))
                 t[np.arange(m)[None, :] < k[:, None]] = 0.0
                 rows = np.flatnonzero(is_run)
@@ -149,9 +150,9 @@ def estimate(snapshot: Snapshot, rng: random.Random, *, oracle: bool = False) ->
             else:
                 t = np.zeros((len(k), m))
                 q = np.flatnonzero(~is_run)
-                t[q] = _queued(h if h is not None else learned, k[q], gen, timeouts)
+                t[q] = _queued(source, k[q], gen, timeouts)
                 r = np.flatnonzero(is_run)
-                t[r] = _running(h if h is not None else learned, k[r], elapsed[r], gen, timeouts)
+                t[r] = _running(source, k[r], elapsed[r], gen, timeouts)
             if h is not None:
                 f_arr, f_times = _future(b, h, now)
             else:  # nothing says when the rest arrive: a spare worker per stage for the next one

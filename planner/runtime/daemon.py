@@ -138,8 +138,9 @@ class Daemon:
         started = time.perf_counter()
         decision = self.decide(snapshot, knobs, self.rng)
         runtime = time.perf_counter() - started
-        if getattr(decision, "need", None) is not None:
-            needs.append(decision.need)
+        need = getattr(decision, "need", None)  # estimating policies only
+        if need is not None:
+            needs.append(need)
         target = decision_workers(decision, view.stages)
         floor = cold_floor(view, knobs, self.cold_workers)
         target = {q: max(n, floor.get(q, 0)) for q, n in target.items()}
@@ -164,7 +165,7 @@ class Daemon:
                 "pipeline": view.pipeline,
                 "policy_reason": str(getattr(decision, "reason", "")),
                 # what this decision alone found, before it was steadied against the latest ones
-                "need": dict(decision.need.workers) if getattr(decision, "need", None) is not None else None,
+                "need": dict(need.workers) if need is not None else None,
                 "spawned": dict(changes.spawn),
                 "retired": [w.name for w in changes.retire],
                 "cold": list(view.cold),
