@@ -8,7 +8,7 @@ import pytest
 from farm.app.live_replay import ReplayError, ReplayOptions, parse_tasks, predict_result, same_run, select
 from farm.app.live_replay.metrics import allocated_seconds, summarize, within
 from farm.app.live_replay.physics import dispatch_latencies, exit_lags, fit_startup, startup_samples
-from farm.app.live_replay.plan import MIN_LIVE_TICK_S, payload, replay_knobs, schedule, trace_knobs
+from farm.app.live_replay.plan import MIN_LIVE_TICK_S, due_together, payload, replay_knobs, schedule, trace_knobs
 from farm.knobs import Knobs
 from planner.eval.trace import Trace, TraceBatch, TraceStage
 
@@ -54,6 +54,26 @@ def test_the_schedule_opens_each_batch_before_its_requests_on_the_compressed_clo
     assert [(e.at, e.batch.batch, e.index) for e in events] == [
         (0.0, 0, -1), (0.1, 0, 1), (0.5, 0, 0), (10.0, 1, -1), (10.3, 1, 0),
     ]
+
+
+CROWDED = Trace(STAGES, (batch("a", 0, 0.0, [[1.0, 1.0, 0.0], [2.0, 1.0, 0.0], [3.0, 1.0, 0.0]]),
+                         batch("a", 1, 2.5, [[0.0, 1.0, 0.0]])))
+
+
+def test_a_trainer_on_time_sends_one_request_per_round_trip():
+    events = schedule(CROWDED, "a", speed=1.0)
+    assert [(e.batch.batch, e.index) for e in due_together(events, 1, elapsed=1.0)] == [(0, 0)]
+
+
+def test_a_trainer_behind_its_schedule_sends_every_due_request_of_the_batch_at_once():
+    events = schedule(CROWDED, "a", speed=1.0)  # open 0, r0 at 1, r1 at 2, open 1 at 2.5, r2 at 3, ...
+    assert [e.index for e in due_together(events, 1, elapsed=2.2)] == [0, 1]
+
+
+def test_requests_sent_together_stop_at_the_next_batch_opening():
+    events = schedule(CROWDED, "a", speed=1.0)
+    due = due_together(events, 1, elapsed=10.0)
+    assert [e.index for e in due] == [0, 1] and events[1 + len(due)].index == -1
 
 
 def test_a_request_sleeps_its_stage_times_divided_by_the_speed():

@@ -145,6 +145,18 @@ def schedule(trace: Trace, task: str, speed: float) -> list[Arrival]:
     return sorted(events, key=lambda e: (e.at, e.batch.batch, e.index))
 
 
+def due_together(events: Sequence[Arrival], i: int, elapsed: float) -> list[Arrival]:
+    """The requests from `events[i]` on that one round trip sends: the next ones of the same batch that are
+    due by `elapsed` seconds into the replay. One submit per request falls behind its schedule on a loaded
+    machine (a round trip each, 50-250 ms while the workers start on 2 cores: batches arrived up to 30 s of
+    trace time late); a trainer behind its schedule sends what is due at once, as a real one sends a step's
+    responses, and the farm sees the trace's arrivals."""
+    j = i + 1
+    while j < len(events) and events[j].index >= 0 and events[j].batch is events[i].batch and events[j].at <= elapsed:
+        j += 1
+    return list(events[i:j])
+
+
 def gather_timeout(batch: TraceBatch, speed: float, slack_s: float = 120.0) -> float:
     """How long a trainer waits for a batch: ten times its compressed T, plus slack for a loaded machine."""
     t = float((batch.arrivals + batch.times.sum(axis=1)).max())

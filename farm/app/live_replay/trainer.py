@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import redis
 
-from farm.app.live_replay.plan import PIPELINE, gather_timeout, payload, schedule
+from farm.app.live_replay.plan import PIPELINE, due_together, gather_timeout, payload, schedule
 from planner.eval.trace import Trace, TraceBatch
 
 
@@ -50,7 +50,10 @@ class Trainer(threading.Thread):
     def run(self) -> None:
         try:
             batches: dict[int, Any] = {}
-            for event in schedule(self.trace, self.task, self.speed):
+            events = schedule(self.trace, self.task, self.speed)
+            i = 0
+            while i < len(events):
+                event = events[i]
                 delay = self.t0 + event.at - time.time()
                 if delay > 0:
                     time.sleep(delay)
@@ -62,9 +65,12 @@ class Trainer(threading.Thread):
                     gatherer = threading.Thread(target=self._gather, args=(handle, event.batch), daemon=True)
                     gatherer.start()
                     self._gatherers.append(gatherer)
-                else:
-                    row = event.batch.requests[event.index]
-                    batches[event.batch.batch].submit(str(event.index), payload(row, self.speed))
+                    i += 1
+                    continue
+                due = due_together(events, i, time.time() - self.t0)
+                batches[event.batch.batch].submit_many(
+                    [(str(e.index), payload(e.batch.requests[e.index], self.speed)) for e in due])
+                i += len(due)
             for gatherer in self._gatherers:
                 gatherer.join()
         except Exception as exc:  # reported, never swallowed: the replay fails with it
