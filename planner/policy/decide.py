@@ -151,7 +151,7 @@ def _reuse_s(snapshot: Snapshot) -> np.ndarray:
     return out
 
 
-def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
+def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs, cold: tuple[str, ...] = ()) -> np.ndarray:
     """Spare workers at each stage that a request of a batch in its end phase may still reach.
 
     The estimate cannot say which in-flight request goes on to a later stage nor when; near a batch's
@@ -160,7 +160,11 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
     batches in their end phase (due within the sum of the timeouts: any request still out may be
     critical) may still reach keeps spares: one, plus one per tick that a spare taken by such a
     request stays taken (`_reuse_s`: its stage time, at most a new worker's start-up). Never more
-    than the requests that may still reach the stage: a spare nobody can take is waste.
+    than the requests that may still reach the stage: a spare nobody can take is waste. A cold batch
+    (`cold`: no history anywhere) with requests still to come is not in its end phase, though its T
+    always sits on the horizon (its estimate's spare arrival, now, runs to the timeouts): that spare
+    stands for what it sends (issue 12: counting it held 31 idle GPU workers from a cold farm's first
+    hint, before anything arrived; 6-7k GPU-s of a trace at 30 s start-ups).
     """
     m = len(snapshot.stages)
     if knobs.tick_s + snapshot.startup_s <= knobs.delay_s:
@@ -169,7 +173,8 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs) -> np.ndarray:
     may = np.zeros(m, dtype=np.int64)  # requests of end-phase batches that may still arrive at each stage
     stages = np.arange(m)
     for b, key in zip(snapshot.batches, keys):
-        if key - snapshot.now > horizon:
+        # a cold batch with requests to come: its T is still to come (see above)
+        if key - snapshot.now > horizon or (b.id in cold and b.outstanding > 0):
             continue
         live = b.state != DONE
         # a request queued at stage k, or anywhere before it, may still arrive there; one running at k holds its worker
@@ -209,7 +214,7 @@ def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
         need = {q: int(n) for q, n in zip(queues, plan.window)}
         steady = need
     else:
-        need = {q: int(n + r) for q, n, r in zip(queues, plan.window, _reserve(snapshot, w.keys, knobs))}
+        need = {q: int(n + r) for q, n, r in zip(queues, plan.window, _reserve(snapshot, w.keys, knobs, cold))}
         steady = _steady(snapshot, need, knobs.tick_s)
     counts = [_band(steady[q], c, snapshot.startup_s) for q, c in zip(queues, current)]
     reason = (
