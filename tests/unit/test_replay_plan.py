@@ -66,7 +66,7 @@ def test_a_trainer_on_time_sends_one_request_per_round_trip():
 
 
 def test_a_trainer_behind_its_schedule_sends_every_due_request_of_the_batch_at_once():
-    events = schedule(CROWDED, "a", speed=1.0)  # open 0, r0 at 1, r1 at 2, open 1 at 2.5, r2 at 3, ...
+    events = schedule(CROWDED, "a", speed=1.0)  # batch 0 opens at 0, its r0 at 1 and r1 at 2; batch 1 at 2.5; r2 at 3
     assert [e.index for e in due_together(events, 1, elapsed=2.2)] == [0, 1]
 
 
