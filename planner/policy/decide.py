@@ -162,9 +162,10 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs, cold: tuple[str
     request stays taken (`_reuse_s`: its stage time, at most a new worker's start-up). Never more
     than the requests that may still reach the stage: a spare nobody can take is waste. A cold batch
     (`cold`: no history anywhere) with requests still to come is not in its end phase, though its T
-    always sits on the horizon (its estimate's spare arrival, now, runs to the timeouts): that spare
-    stands for what it sends (issue 12: counting it held 31 idle GPU workers from a cold farm's first
-    hint, before anything arrived; 6-7k GPU-s of a trace at 30 s start-ups).
+    always sits on the horizon (its estimate's spare arrival, now, runs to the timeouts): each stage
+    keeps one spare for its next arrival, which may pass every stage quickly (issue 12: counting it
+    held 31 idle GPU workers from a cold farm's first hint, before anything arrived; 6-7k GPU-s of a
+    trace at 30 s start-ups).
     """
     m = len(snapshot.stages)
     if knobs.tick_s + snapshot.startup_s <= knobs.delay_s:
@@ -172,9 +173,12 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs, cold: tuple[str
     horizon = float(snapshot.timeouts.sum())
     may = np.zeros(m, dtype=np.int64)  # requests of end-phase batches that may still arrive at each stage
     stages = np.arange(m)
+    first = 0  # a spare per stage for a cold batch's next arrival, which may pass every stage quickly
     for b, key in zip(snapshot.batches, keys):
-        # a cold batch with requests to come: its T is still to come (see above)
-        if key - snapshot.now > horizon or (b.id in cold and b.outstanding > 0):
+        if b.id in cold and b.outstanding > 0:  # its T is still to come (see above)
+            first = 1
+            continue
+        if key - snapshot.now > horizon:
             continue
         live = b.state != DONE
         # a request queued at stage k, or anywhere before it, may still arrive there; one running at k holds its worker
@@ -182,7 +186,7 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs, cold: tuple[str
             (b.stage[live][None, :] == stages[:, None]) & (b.state[live][None, :] != RUNNING))
         may += b.outstanding + before.sum(axis=1)
     spares = 1 + np.ceil(_reuse_s(snapshot) / knobs.tick_s).astype(np.int64)
-    return np.minimum(may, spares)
+    return np.maximum(np.minimum(may, spares), first)
 
 
 def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:

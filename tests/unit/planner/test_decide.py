@@ -127,10 +127,10 @@ def test_without_history_a_spare_counts_as_taken_until_its_replacement_is_ready(
     assert _reserve(cold, np.array([400.0]), Knobs(delay_s=2.0, tick_s=1.0)).tolist() == [31, 31]
 
 
-def test_a_cold_batch_with_requests_still_to_come_keeps_no_spares():
+def test_a_cold_batch_with_requests_still_to_come_keeps_one_spare_per_stage_for_its_next_arrival():
     snap = _end_phase(stage=[0] * 100, state=[QUEUED] * 100, outstanding=50, startup_s=30.0)
     cold = Snapshot(now=snap.now, pipeline="cuda", stages=STAGES, batches=snap.batches, startup_s=30.0)
-    assert _reserve(cold, np.array([400.0]), Knobs(delay_s=2.0, tick_s=1.0), cold=("b",)).tolist() == [0, 0]
+    assert _reserve(cold, np.array([400.0]), Knobs(delay_s=2.0, tick_s=1.0), cold=("b",)).tolist() == [1, 1]
 
 
 def test_a_cold_batch_keeps_its_spares_once_every_request_has_arrived():
@@ -143,8 +143,8 @@ def test_a_cold_farm_holds_no_idle_pool_from_its_first_hint():
     batch = ActiveBatch("b", "t", 0.0, 512)  # opened: nothing arrived, no history anywhere
     snap = Snapshot(now=1.0, pipeline="cuda", stages=STAGES, batches=(batch,), startup_s=30.0)
     workers = decide(snap, Knobs(delay_s=2.0, tick_s=1.0), random.Random(0)).workers
-    # the next arrival gets a compile worker, and none can reach execute within a start-up: not 31 per stage
-    assert workers == {"cuda.compile": 1, "cuda.execute": 0}
+    # the next arrival's compile worker, and a spare at each stage (it may pass compile quickly): not 31 per stage
+    assert workers == {"cuda.compile": 2, "cuda.execute": 1}
 
 
 def test_a_batch_far_from_its_end_gets_no_spare():
