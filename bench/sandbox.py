@@ -1,6 +1,6 @@
 """What the sandbox costs per run, and HumanEval's canonical solutions through the farm.
 
-    python bench/sandbox.py --json [--runs 200] [--no-farm] [--workers 2]
+    python bench/sandbox.py --json [--runs 200] [--no-farm] [--workers 2] [--baseline DIR --rounds 3]
 
 - overhead: the same trivial program (`/bin/true`, and `python3 -I -S -c pass`) run N times bare
   (`subprocess.run`) and in the sandbox (`workers.sandbox.run`: namespaces, uid, rlimits, tmpfs
@@ -10,6 +10,10 @@
   `farm worker` processes (one `code.fetch_tests`, `--workers` `code.run`), until the last result is
   back: requests per second; the same solutions scored one after another in this process
   (`workers.runner.score`) as the baseline. Needs Redis (FARM_REDIS_URL or 127.0.0.1:6379) and root.
+- `--baseline DIR`: the same figures for another checkout of the farm (the code before a change, e.g.
+  `git worktree add /tmp/farm-before <commit>`), in the same run: rounds alternate this code and that one
+  (its own `bench/sandbox.py` for the overhead, its workers for the farm), and the report gives each side's
+  median and this code's ratio to it.
 """
 
 from __future__ import annotations
@@ -92,14 +96,14 @@ def in_process() -> dict:
             "all_scored_one": all(r == 1.0 for r in rewards)}
 
 
-def _spawn(queue: str, name: str, env: dict) -> subprocess.Popen:
+def _spawn(queue: str, name: str, env: dict, root: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-c", "from farm.app.cli import main; main()", "worker", "--stage", queue, "--name", name,
            "--loglevel", "WARNING", "--no-events"]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    return subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
 
-def through_farm(workers: int, redis_url: str) -> dict:
+def through_farm(workers: int, redis_url: str, root: Path = ROOT) -> dict:
     import redis
 
     from farm.client.sync import RewardClient
@@ -107,9 +111,9 @@ def through_farm(workers: int, redis_url: str) -> dict:
 
     namespace = f"bench{uuid.uuid4().hex[:8]}"
     settings = Settings(redis_url=redis_url, namespace=namespace)
-    env = {**os.environ, "FARM_REDIS_URL": redis_url, "FARM_NAMESPACE": namespace, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "FARM_REDIS_URL": redis_url, "FARM_NAMESPACE": namespace, "PYTHONPATH": str(root)}
     spawned = [("code.fetch_tests", "fetch-0")] + [("code.run", f"run-{i}") for i in range(workers)]
-    procs = [_spawn(q, n, env) for q, n in spawned]
+    procs = [_spawn(q, n, env, root) for q, n in spawned]
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         deadline = time.monotonic() + 60
@@ -139,6 +143,38 @@ def through_farm(workers: int, redis_url: str) -> dict:
         r.close()
 
 
+def _baseline_overhead(baseline: Path, runs: int) -> dict:
+    """The baseline checkout's own overhead figures, from its own bench script."""
+    env = {**os.environ, "PYTHONPATH": str(baseline)}
+    done = subprocess.run([sys.executable, "bench/sandbox.py", "--json", "--no-farm", "--runs", str(runs)], cwd=baseline,
+                          env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)["overhead"]
+
+
+def paired(baseline: Path, rounds: int, runs: int, workers: int, redis_url: str, farm: bool) -> dict:
+    """Rounds alternating this code and the baseline; medians per side and this code's ratios."""
+    sides: dict[str, dict[str, list[float]]] = {"this": {}, "baseline": {}}
+
+    def note(side: str, key: str, value: float) -> None:
+        sides[side].setdefault(key, []).append(value)
+
+    for i in range(rounds):
+        order = ("this", "baseline") if i % 2 == 0 else ("baseline", "this")
+        for side in order:
+            o = overhead(runs) if side == "this" else _baseline_overhead(baseline, runs)
+            note(side, "python_p50_ms", o["python"]["sandbox"]["p50_ms"])
+            note(side, "bare_python_p50_ms", o["python"]["bare"]["p50_ms"])
+            note(side, "call_p50_ms", o["call"]["sandbox_call"]["p50_ms"])
+            if farm:
+                f = through_farm(workers, redis_url, ROOT if side == "this" else baseline)
+                note(side, "humaneval_requests_per_s", f["requests_per_s"])
+                note(side, "humaneval_all_scored_one", float(f["all_scored_one"]))
+    medians = {side: {k: round(statistics.median(v), 2) for k, v in figures.items()} for side, figures in sides.items()}
+    ratios = {k: round(medians["this"][k] / medians["baseline"][k], 3)
+              for k in medians["this"] if medians["baseline"].get(k)}
+    return {"rounds": rounds, "samples": sides, "median": medians, "this_over_baseline": ratios}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -146,7 +182,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="code.run workers for the farm figure (default 2)")
     ap.add_argument("--no-farm", action="store_true", help="skip HumanEval through the farm")
     ap.add_argument("--redis-url", default=os.environ.get("FARM_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    ap.add_argument("--baseline", type=Path, help="another checkout of the farm to compare with, round by round")
+    ap.add_argument("--rounds", type=int, default=3, help="paired rounds with --baseline (default 3)")
     args = ap.parse_args()
+    if args.baseline:
+        report = paired(args.baseline.resolve(), args.rounds, args.runs, args.workers, args.redis_url, not args.no_farm)
+        print(json.dumps(report, indent=2 if args.json else None))
+        return
     report = {"mode": sandbox.mode(), "runs": args.runs, "overhead": overhead(args.runs),
               "humaneval_in_process": in_process()}
     if not args.no_farm:

@@ -42,6 +42,10 @@ fi
 "$verl_env/bin/python" -c 'import verl; print("verl", verl.__version__)'
 export FARM_VERL_PYTHON="$verl_env/bin/python" FARM_REQUIRE_TRAINERS=1
 
+log "the sandbox's launcher (bubblewrap: workers/sandbox/)"
+have bwrap || apt_install bubblewrap
+bwrap --version
+
 log "redis"
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     have redis-server || apt_install redis-server

@@ -10,6 +10,7 @@ import importlib
 import os
 import re
 import socket
+import sys
 import time
 
 import billiard.pool
@@ -19,6 +20,7 @@ from farm import registry
 from farm.celery_app import make_app
 from farm.config import STARTUP_DELAY_ENV, from_env
 from farm.pipeline import UnknownPipeline
+from workers import sandbox
 from workers.task import register
 
 _NAME = re.compile(r"^[A-Za-z0-9_.@:-]{1,128}$")
@@ -45,9 +47,11 @@ def serve(stage_queue: str, name: str | None = None, *, loglevel: str = "INFO", 
         except ImportError as exc:
             raise WorkerArgumentError("--import", f"cannot import {module!r}: {exc}") from exc
     try:
-        registry.stage_by_queue(stage_queue)
+        _, stage = registry.stage_by_queue(stage_queue)
     except UnknownPipeline as exc:
         raise WorkerArgumentError("--stage", str(exc)) from exc
+    if getattr(stage.run, "contained", False):  # SandboxUnavailable: the worker refuses to start, saying why
+        print(f"farm worker {stage_queue}: {sandbox.describe()}", file=sys.stderr, flush=True)
     host = socket.gethostname()
     name = name or f"{stage_queue}-{os.getpid()}@{host}"
     if not _NAME.match(name):

@@ -364,11 +364,16 @@ def test_the_test_case_store_cannot_be_read_from_the_response(readable_store, mo
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the store must be readable by the sandbox uid")
-def test_without_hiding_the_same_store_would_be_readable(readable_store, monkeypatch):
-    path = readable_store[1]["add"]  # the control: the response above fails because the store is hidden
+def test_a_store_inside_an_allowed_tree_is_hidden_and_would_be_readable_otherwise(readable_store, monkeypatch):
+    root, paths = readable_store
+    monkeypatch.setenv("FARM_SANDBOX_TREES", root)  # an operator allowing the store's tree into every sandbox
     monkeypatch.delenv("FARM_TESTCASES", raising=False)
-    r = judged(READ_STORE.format(path=path), test="def check(candidate):\n    assert 'candidate(40, 2)' in candidate(0, 0)\n")
-    assert r.reward == 1.0, r.message
+    steal = READ_STORE.format(path=paths["add"])
+    r = judged(steal, test="def check(candidate):\n    assert 'candidate(40, 2)' in candidate(0, 0)\n")
+    assert r.reward == 1.0, r.message  # the control: readable when allowed and not hidden
+    monkeypatch.setenv("FARM_TESTCASES", f"dir:{root}")
+    r = score(pipeline, {"response": "```python\n" + steal + "```", "problem": "add"})
+    assert r.reward == 0.0 and "returned 'FileNotFoundError'" in r.message
 
 
 def test_the_bundled_humaneval_data_is_hidden_from_every_sandbox():

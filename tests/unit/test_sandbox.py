@@ -7,6 +7,8 @@ import mmap
 import os
 import shutil
 import signal
+import tempfile
+import time
 
 import pytest
 
@@ -30,10 +32,26 @@ def test_a_program_gets_its_files_stdin_and_output():
     assert r.ok and r.stdout == b"cba\n"
 
 
-def test_a_program_runs_as_an_unprivileged_uid_from_the_pool():
+def test_a_program_runs_as_the_sandbox_user_inside_and_a_pool_uid_outside():
     r = _py("import os; print(os.getuid(), os.getgid(), os.getgroups())")
-    uid, gid, _ = r.stdout.decode().split(maxsplit=2)
-    assert int(uid) in uids.uid_range() and uid == gid
+    assert r.stdout.decode().split(maxsplit=2)[:2] == ["1000", "1000"]
+    with sandbox.spawn([PY, "-I", "-S", "-c", "import time; time.sleep(30)"], limits=FAST) as proc:
+        deadline = time.monotonic() + 5
+        while len(tree := _process_tree(proc.pid)) < 3 and time.monotonic() < deadline:  # launcher, init, program
+            time.sleep(0.02)
+        owners = {os.stat(f"/proc/{pid}").st_uid for pid in tree}
+        assert len(tree) >= 3 and len(owners) == 1 and owners.pop() in uids.uid_range()
+
+
+def _process_tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in os.listdir(f"/proc/{current}/task"):
+            with open(f"/proc/{current}/task/{task}/children") as fh:
+                todo += [int(child) for child in fh.read().split()]
+    return found
 
 
 def test_the_environment_is_rebuilt_from_nothing(monkeypatch):
@@ -50,10 +68,10 @@ def test_there_is_no_network():
 
 
 def test_the_working_directory_is_fresh_and_removed_afterwards():
+    before = set(os.listdir(sandbox.sandbox_root()))
     r = _py("import os; open('left.txt', 'w').write('x'); print(os.listdir('.'), os.getcwd())")
-    listing, cwd = r.stdout.decode().rsplit(" ", 1)
-    assert listing == "['left.txt']"
-    assert not os.path.exists(cwd.strip())
+    assert r.stdout == b"['left.txt'] /work\n"
+    assert set(os.listdir(sandbox.sandbox_root())) == before
 
 
 def test_collected_files_come_back():
@@ -80,6 +98,32 @@ def test_the_process_limit_stops_a_fork_bomb():
     code = "import os\nn = 0\nfor _ in range(1000):\n try:\n  if os.fork() == 0: os.pause()\n  n += 1\n except OSError: break\nprint(n)"
     r = _py(code, limits=sandbox.Limits(wall_s=5, nproc=8))
     assert r.ok and int(r.stdout) < 8
+
+
+def test_memory_is_capped_for_the_run_as_a_whole_not_per_process():
+    # three children under the per-process cap each, together past the run's: the kernel kills one
+    code = ("import os, time\nfor _ in range(3):\n if os.fork() == 0:\n  b = bytearray(120 << 20)\n"
+            "  b[::4096] = b'x' * len(b[::4096])\n  time.sleep(5)\n  os._exit(0)\n"
+            "print(sorted(os.wait()[1] for _ in range(3)))")
+    r = _py(code, limits=sandbox.Limits(wall_s=20, memory_bytes=256 * sandbox.MiB))
+    assert r.memory_exceeded and r.stdout != b"[0, 0, 0]\n", r
+
+
+def test_no_socket_of_the_host_is_reachable():
+    r = _py("import os, socket, stat\nfound = []\nfor top, dirs, files in os.walk('/'):\n"
+            " if top.startswith('/proc'): dirs[:] = []; continue\n"
+            " found += [os.path.join(top, f) for f in files if stat.S_ISSOCK(os.lstat(os.path.join(top, f)).st_mode)]\n"
+            "print(found)\n"
+            "for path in ('/run/postgresql/.s.PGSQL.5432', '/var/run/docker.sock', '/run/redis/redis.sock'):\n"
+            " try: socket.socket(socket.AF_UNIX).connect(path); print('reached', path)\n"
+            " except OSError as e: print(type(e).__name__)", limits=sandbox.Limits(wall_s=30))
+    assert r.stdout.decode().split("\n")[:4] == ["[]", "FileNotFoundError", "FileNotFoundError", "FileNotFoundError"]
+
+
+def test_a_run_cannot_make_user_namespaces_and_has_a_hostname_of_its_own():
+    r = _py("import ctypes, os, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.unshare(0x10000000), socket.gethostname())")
+    assert r.stdout == b"-1 sandbox\n"
 
 
 def test_the_file_size_limit_stops_a_large_file():
@@ -159,7 +203,7 @@ def test_a_spawned_program_runs_contained_with_the_descriptors_it_is_given():
             os.close(write_end)
             write_end = -1
             assert proc.wait(5) == 0
-            assert int(os.read(read_end, 64)) in uids.uid_range()
+            assert os.read(read_end, 64) == b"1000"
     finally:
         os.close(read_end)
         if write_end >= 0:
@@ -172,19 +216,33 @@ def test_a_spawned_program_is_killed_when_its_block_ends():
     assert proc.wait(0) is not None
 
 
-def test_hidden_paths_are_empty_inside_the_sandbox(monkeypatch):
-    secret = "/var/lib/farm-hidden-test"
-    os.makedirs(secret, mode=0o755, exist_ok=True)
+def test_nothing_outside_the_allow_list_exists_inside():
+    r = _py("import os; print([p for p in ('/var', '/run', '/sys', '/home', '/root', '/opt', '/srv', '/mnt') "
+            "if os.path.lexists(p)])")
+    assert r.stdout == b"[]\n"
+
+
+def test_hidden_paths_inside_an_allowed_tree_are_empty(monkeypatch, tmp_path):
+    tree = "/var/lib/farm-tree-test"
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(f"{tree}/answers", mode=0o755)
     try:
-        with open(os.path.join(secret, "answers.json"), "w") as fh:
+        with open(f"{tree}/answers/42.json", "w") as fh:
             fh.write("42")
-        os.chmod(os.path.join(secret, "answers.json"), 0o644)
-        assert _py(f"print(open('{secret}/answers.json').read())").stdout == b"42\n"  # readable when not hidden
-        monkeypatch.setenv("FARM_SANDBOX_HIDE", secret)
-        r = _py(f"import os; print(os.listdir('{secret}'))")
+        os.chmod(f"{tree}/answers/42.json", 0o644)
+        monkeypatch.setenv("FARM_SANDBOX_TREES", tree)
+        assert _py(f"print(open('{tree}/answers/42.json').read())").stdout == b"42\n"  # readable when not hidden
+        monkeypatch.setenv("FARM_SANDBOX_HIDE", f"{tree}/answers")
+        r = _py(f"import os; print(os.listdir('{tree}/answers'))")
         assert r.ok and r.stdout == b"[]\n"
     finally:
-        shutil.rmtree(secret, ignore_errors=True)
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+def test_python_packages_are_empty_inside_the_sandbox():
+    r = _py("import glob, os; print([d for d in glob.glob('/usr/lib/python3*/*-packages') + "
+            "glob.glob('/usr/local/lib/python3*/*-packages') if os.listdir(d)])")
+    assert r.ok and r.stdout == b"[]\n"
 
 
 def test_without_namespaces_the_sandbox_fails_closed(monkeypatch):
@@ -192,7 +250,7 @@ def test_without_namespaces_the_sandbox_fails_closed(monkeypatch):
     monkeypatch.delenv("FARM_SANDBOX_ALLOW_UNCONTAINED", raising=False)
     sandbox.mode.cache_clear()
     try:
-        with pytest.raises(sandbox.SandboxUnavailable, match="missing tools"):
+        with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap"):
             sandbox.mode()
         monkeypatch.setenv("FARM_SANDBOX_ALLOW_UNCONTAINED", "1")
         sandbox.mode.cache_clear()
@@ -234,17 +292,21 @@ def _probe_fd_and_network(fd):
     return [fd_state, net]
 
 
-def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch, tmp_path):
-    monkeypatch.setenv("FARM_SANDBOX_ROOT", str(tmp_path))
-    stale = tmp_path / f"run-{uids.uid_range().start}-abc"
-    stale.mkdir()
-    (stale / "left").write_text("x")
+def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch):
+    root = tempfile.mkdtemp(prefix="farm-sandbox-sweep-", dir="/var/lib")  # the sandbox uids must reach it
+    os.chmod(root, 0o711)
+    monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
+    stale = os.path.join(root, f"run-{uids.uid_range().start}-abc")
+    os.mkdir(stale)
+    with open(os.path.join(stale, "left"), "w") as fh:
+        fh.write("x")
     uids.sweep_stale.cache_clear()
     try:
         assert sandbox.run(["/bin/true"]).ok
-        assert not stale.exists()
+        assert not os.path.exists(stale)
     finally:
         uids.sweep_stale.cache_clear()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_a_launcher_that_cannot_mount_its_private_tmpfs_refuses_to_run():

@@ -65,6 +65,8 @@ def judge(*, prompt: str, test: str, entry_point: str, program: str, time_limit_
 def _verdict(result: sandbox.CallResult, response: sandbox.Spawned, time_limit_s: float) -> Verdict:
     if result.timed_out:
         return Verdict("timeout", f"the tests did not finish within the {time_limit_s:g} s time limit")
+    if result.ended:  # the tests' process died on what the response sent back (too much of it, say)
+        return Verdict("runtime_error", f"the tests could not finish with the response's values: {result.ended}")
     if result.error:
         return Verdict("infra_error", f"the tests could not run: {result.error}")
     v = result.value

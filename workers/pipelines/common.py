@@ -119,4 +119,5 @@ def contained(stage: Callable[[StageContext], StageOutcome]) -> Callable[[StageC
         except sandbox.SandboxUnavailable as exc:
             return StageOutcome(Status.INFRA_ERROR, message=f"stage {ctx.stage.name!r} refused to run untrusted code: {exc}")
 
+    run.contained = True  # type: ignore[attr-defined]  # its worker refuses to start where nothing can contain it
     return run

@@ -55,7 +55,7 @@ from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_recor
 COMPILE_LIMITS = sandbox.Limits(memory_bytes=8 * sandbox.GiB, nproc=64, file_bytes=256 * sandbox.MiB,
                                 disk_bytes=1 * sandbox.GiB)
 EXECUTE_LIMITS = sandbox.Limits(memory_bytes=None, data_bytes=16 * sandbox.GiB, nproc=32, file_bytes=64 * sandbox.MiB,
-                                output_bytes=16 * sandbox.MiB)
+                                output_bytes=16 * sandbox.MiB, gpu=True)
 NO_RECORD = ("the harness did not return from main: the program exited with status 0 but without the farm's "
              "completion record (something called exit or the exit system call before the harness finished)")
 _FLAG = re.compile(r"^(-O[0-3]|-arch=sm_\d{2,3}a?|-std=c\+\+\d\d|--use_fast_math|-lineinfo)$")

@@ -176,6 +176,9 @@ def verify_stage(ctx: StageContext) -> StageOutcome:
     if result.timed_out:
         return StageOutcome(Status.TIMEOUT, message=f"verification killed at the {ctx.timeout_s:g} s timeout",
                             outcome=Outcome.EXECUTE_ERROR, details={"answer": answer[:500]})
+    if result.ended:  # the answer drove the verifier past its memory, or to its death: the answer's failure
+        return StageOutcome(Status.WRONG, message=f"answer {answer[:200]!r}: the verifier could not judge it "
+                            f"({result.ended})", outcome=Outcome.EXECUTE_ERROR, details={"answer": answer[:500]})
     if result.error:
         return StageOutcome(Status.INFRA_ERROR, message=f"math-verify failed: {result.error}")
     verdict = result.value

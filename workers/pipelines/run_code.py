@@ -74,6 +74,7 @@ def _answered(stage: Callable[[StageContext], StageOutcome]) -> Callable[[StageC
             return replace(outcome, details=sandbox_error(ctx.worker, outcome.message))
         return outcome
 
+    run.contained = True  # type: ignore[attr-defined]
     return run
 
 

@@ -1,7 +1,15 @@
-"""The isolation mode of this machine (`mode()`: root, userns or uncontained) and the command chain
-that contains a program in it (`_wrap`: unshare, a tmpfs-mounting /bin/sh init, setpriv, prlimit).
+"""The isolation this machine gives a run (`mode()`, said once at a worker's start by `describe()`), and the
+launch that puts one program in it (`Launch`).
 
-Also what a contained program may reach: its PATH, its interpreter, an environment built from nothing.
+A contained run (`root` mode: the worker runs as root, as in our images) is one exec of bubblewrap, the tool
+Flatpak relies on, from a child of the worker that has first joined the run's cgroup (`cgroups`), set its
+rlimits and dropped to the run's unprivileged uid. bubblewrap then, unprivileged, makes new user, mount, PID,
+network, IPC, UTS and cgroup namespaces, builds the allow-list root (`root`), forbids further user namespaces
+and runs the program as the `sandbox` user with no capabilities and no new privileges.
+
+Without root, bubblewrap and a writable cgroup hierarchy the sandbox fails closed (`SandboxUnavailable`),
+unless the operator sets `FARM_SANDBOX_ALLOW_UNCONTAINED=1`: rlimits only, no namespaces (a loud warning;
+for a development machine, never for a farm).
 """
 
 from __future__ import annotations
@@ -10,54 +18,103 @@ import ctypes
 import functools
 import logging
 import os
-import shlex
+import resource
 import shutil
 import site
 import subprocess
 import sysconfig
 from typing import Mapping, Sequence
 
+from workers.sandbox import cgroups, root
 from workers.sandbox.limits import Limits, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin"
 _PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")  # a GPU worker owns its device
-_MOUNT_FAILED = "farm-sandbox: cannot mount the private tmpfs"
+_LAUNCHER_PROCESSES = 2  # bubblewrap's monitor and its PID namespace's init, besides the program's own
+_NAMESPACES = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+               "--unshare-cgroup-try", "--disable-userns", "--uid", str(root.UID), "--gid", str(root.UID),
+               "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def python_executable() -> str:
-    """The interpreter for model-written Python: one the sandbox uid can run (pyenv under /root cannot)."""
+    """The interpreter for model-written Python: the system's, whose tree the sandbox's root holds."""
     configured = os.environ.get("FARM_SANDBOX_PYTHON")
     if configured:
         return configured
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3") or "python3"
 
 
+def bwrap() -> str | None:
+    return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")  # not the PATH: no stand-in launcher
+
+
+class Launch:
+    """How one contained program starts: the command line (bubblewrap and the program) and what the child
+    does between fork and exec (`setup`: join the run's cgroup, set rlimits, become the run's uid)."""
+
+    def __init__(self, m: str, argv: Sequence[str], limits: Limits, uid: int | None,
+                 group: cgroups.RunGroup | None, workdir: str) -> None:
+        self.limits, self.uid, self.group = limits, uid, group
+        self.contained = m != "uncontained"
+        if not self.contained:
+            self.argv, self.cwd = list(argv), workdir
+        else:
+            args = root.bwrap_args(python=python_executable(), hidden=hidden_paths(), workdir=workdir, limits=limits,
+                                   state_root=state_root())
+            self.argv, self.cwd = [_bwrap_or_fail(), *_NAMESPACES, *args, "--", *argv], "/"
+
+    def setup(self) -> None:
+        """In the child, before exec; only async-signal-safe work in spirit: a few writes and system calls."""
+        if self.group is not None:
+            self.group.join()
+        limits = self.limits
+        cpu = limits.cpu_seconds()
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
+        processes = limits.nproc + _LAUNCHER_PROCESSES
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))  # the cgroup's pids.max is the run's cap
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if limits.memory_bytes is not None:  # per process: a clean MemoryError before the run's cgroup kills
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        if limits.data_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes, limits.data_bytes))
+        if self.uid is not None:
+            os.setgroups([])
+            os.setresgid(self.uid, self.uid, self.uid)
+            os.setresuid(self.uid, self.uid, self.uid)
+
+    def processes(self) -> int:
+        """The run cgroup's pids.max: the program's processes plus the launcher's own."""
+        return self.limits.nproc + _LAUNCHER_PROCESSES
+
+
+def _bwrap_or_fail() -> str:
+    path = bwrap()
+    if path is None:
+        raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
+    return path
+
+
+def state_root() -> str:
+    """Where the sandbox keeps what it makes once (its /etc): beside the working directories, root-owned."""
+    from workers.sandbox.workdir import sandbox_root
+
+    path = os.path.join(sandbox_root(), ".state")
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    return path
+
+
 @functools.lru_cache(maxsize=1)
 def mode() -> str:
-    """'root', 'userns' or 'uncontained' (only when allowed); raises SandboxUnavailable otherwise."""
-    missing = [t for t in ("unshare", "setpriv", "prlimit") if shutil.which(t) is None]
-    tried: list[str] = []
-    if not missing:
-        candidates = ["root"] if os.geteuid() == 0 else []
-        candidates.append("userns")
-        for m in candidates:
-            try:
-                probe = subprocess.run(_wrap(m, ["/bin/true"], Limits(), 65534 if m == "root" else None),
-                                       capture_output=True, timeout=10, env={"PATH": SANDBOX_PATH})
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                tried.append(f"{m}: {exc}")
-                continue
-            if probe.returncode == 0:
-                if m == "userns":
-                    log.warning("sandbox: not root; running in user namespaces without a dedicated uid "
-                                "(process count shared with the worker's uid, no disk quota)")
-                return m
-            tried.append(f"{m}: {probe.stderr.decode(errors='replace').strip()[:200]}")
-    reason = f"missing tools {missing}" if missing else "; ".join(tried)
+    """'root' or 'uncontained' (only when allowed); raises SandboxUnavailable otherwise."""
+    reason = _why_not_contained()
+    if reason is None:
+        return "root"
     if os.environ.get("FARM_SANDBOX_ALLOW_UNCONTAINED") == "1":
         log.warning("sandbox: NO CONTAINMENT (%s): untrusted code runs with rlimits only, with network "
                     "access, as this user. FARM_SANDBOX_ALLOW_UNCONTAINED=1 is for development only.", reason)
@@ -66,38 +123,36 @@ def mode() -> str:
                              "set FARM_SANDBOX_ALLOW_UNCONTAINED=1 only on a development machine")
 
 
-def _wrap(m: str, argv: Sequence[str], limits: Limits, uid: int | None) -> list[str]:
-    """The launcher chain around argv for a mode."""
-    cpu = limits.cpu_seconds()
-    rl = [f"--cpu={cpu}:{cpu + 1}", f"--nproc={limits.nproc}", f"--fsize={limits.file_bytes}",  # SIGXCPU, then SIGKILL
-          f"--nofile={limits.nofile}", "--core=0"]
-    if limits.memory_bytes is not None:
-        rl.append(f"--as={limits.memory_bytes}")
-    if limits.data_bytes is not None:
-        rl.append(f"--data={limits.data_bytes}")
-    prlimit = ["prlimit", *rl, "--"]
+def _why_not_contained() -> str | None:
+    if os.geteuid() != 0:
+        return "the worker is not root: the sandbox needs root to give each run a uid and a cgroup of its own"
+    if bwrap() is None:
+        return "bubblewrap (bwrap) is not installed"
+    hierarchy = cgroups.probe()
+    if isinstance(hierarchy, str):
+        return f"no cgroup hierarchy for per-run limits: {hierarchy}"
+    from workers.sandbox.program import probe_run  # the probe is a real run, through the code every run takes
+
+    return probe_run()
+
+
+def describe() -> str:
+    """One line for a worker's start: what contains the code it runs (raises SandboxUnavailable if nothing)."""
+    m = mode()
     if m == "uncontained":
-        return [*prlimit, *argv]
-    tmpfs = f"size={limits.disk_bytes},mode=1777,nosuid,nodev"
-    mounts = " && ".join([*(f"{{ [ ! -d {d} ] || mount -t tmpfs -o {tmpfs} tmpfs {d}; }}" for d in ("/tmp", "/var/tmp", "/dev/shm")),
-                          *(_hide(path) for path in hidden_paths())])
-    drop = (["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--nnp",
-             "--inh-caps=-all", "--bounding-set=-all", "--"] if uid is not None else [])
-    # sh stays PID 1 of the namespace (it reaps orphans); when it exits every process left is killed.
-    script = f'{mounts} || {{ echo "{_MOUNT_FAILED}" >&2; exit 125; }}; "$@"; exit $?'
-    ns = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc"]
-    if m == "userns":
-        ns[1:1] = ["--user", "--map-root-user"]
-    return [*ns, "--", "/bin/sh", "-c", script, "sandbox", *drop, *prlimit, *argv]
+        return "sandbox: NONE (FARM_SANDBOX_ALLOW_UNCONTAINED=1): rlimits only, for development"
+    version = subprocess.run([_bwrap_or_fail(), "--version"], capture_output=True, text=True).stdout.strip()
+    hierarchy = cgroups.probe()
+    return (f"sandbox: {version}, allow-list root, namespaces user/mount/pid/net/ipc/uts/cgroup; per-run "
+            f"memory and process limits by {hierarchy.describe()}")
 
 
 def hidden_paths() -> tuple[str, ...]:
-    """What a sandboxed program must not read: where tests and reference answers live on a worker.
+    """Where tests and reference answers live on a worker: covered inside the allowed trees, if they are there.
 
-    The worker's site-packages (the bundled HumanEval data, any dataset a package ships), the
-    operator's test-case store (`FARM_TESTCASES=dir:PATH`) and `FARM_SANDBOX_HIDE` (paths joined by
-    `:`). Sandboxed programs use the system interpreter with the standard library only (`-I -S`) and
-    the compilers, none of which reads these. Read on every run: the operator's settings may change.
+    The worker's site-packages (the bundled HumanEval data, any dataset a package ships), the operator's
+    test-case store (`FARM_TESTCASES=dir:PATH`) and `FARM_SANDBOX_HIDE` (paths joined by `:`). Outside the
+    allow-list they do not exist for a run at all. Read on every run: the operator's settings may change.
     """
     paths = list(_site_directories())
     store = os.environ.get("FARM_TESTCASES", "")
@@ -117,20 +172,6 @@ def _site_directories() -> tuple[str, ...]:
     dirs = [*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"],
             sysconfig.get_paths()["platlib"]]
     return tuple(dict.fromkeys(d for d in dirs if d))
-
-
-def _hide(path: str) -> str:
-    """A shell step, run as the namespace's root before the uid drop, that covers path with nothing.
-
-    A path this root cannot even read (userns mode under another user's home) is hidden already, so a
-    mount refused there is not a failure; any other refusal fails the run closed.
-    """
-    quoted = shlex.quote(path)
-    if os.path.isdir(path):
-        cover = f"mount -t tmpfs -o size=4k,mode=0555,ro,nosuid,nodev tmpfs {quoted}"
-    else:
-        cover = f"mount --bind /dev/null {quoted}"
-    return f"{{ {cover} 2>/dev/null || ! [ -r {quoted} ]; }}"
 
 
 def _environment(extra: Mapping[str, str]) -> dict[str, str]:

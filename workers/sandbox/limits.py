@@ -31,9 +31,18 @@ class Limits:
     disk_bytes: int = 256 * MiB  # the working directory's tmpfs (and each of /tmp, /var/tmp, /dev/shm)
     output_bytes: int = 4 * MiB  # per stream; past it the run is killed and marked output_exceeded
     nofile: int = 256
+    gpu: bool = False  # the run sees this worker's GPU device nodes (the CUDA execute stage)
 
     def cpu_seconds(self) -> int:
         return max(1, int(-(-(self.cpu_s if self.cpu_s is not None else self.wall_s) // 1)))
+
+    def run_memory_bytes(self) -> int:
+        """The memory of the whole run, all its processes together (its cgroup's limit): the per-process cap
+        where there is one, else the data cap (GPU programs, whose address space cannot be capped)."""
+        for cap in (self.memory_bytes, self.data_bytes):
+            if cap is not None:
+                return cap
+        return 4 * GiB
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class RunResult:
     timed_out: bool = False  # the wall limit, or the CPU limit (SIGXCPU)
     output_exceeded: bool = False
     files: Mapping[str, bytes] = field(default_factory=dict)  # the requested files the program left
+    memory_exceeded: bool = False  # the kernel killed a process of the run at the run's memory limit
 
     @property
     def ok(self) -> bool:
@@ -57,6 +67,8 @@ class RunResult:
             return f"time limit exceeded after {self.wall_s:.2f} s"
         if self.output_exceeded:
             return "output limit exceeded (killed)"
+        if self.memory_exceeded:
+            return "memory limit exceeded (killed)"
         if self.signal is not None:
             name = signal.Signals(self.signal).name if self.signal in signal.valid_signals() else str(self.signal)
             hint = {signal.SIGXFSZ: " (file size limit)", signal.SIGSEGV: " (segmentation fault)"}.get(self.signal, "")
@@ -70,3 +82,7 @@ class CallResult:
     error: str = ""  # fn raised: its traceback's last lines
     timed_out: bool = False
     wall_s: float = 0.0
+    # the child ended without a result (killed, exited, a result over the output cap): how, in words. On
+    # untrusted input that is the input's doing (it made the verifier exhaust its memory, say), not the farm's.
+    ended: str = ""
+    memory_exceeded: bool = False

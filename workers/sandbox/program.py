@@ -1,8 +1,11 @@
 """`run`: execute a model-written program in the sandbox and supervise it from outside; `spawn`: start
 one that another party talks to (the response's function, called by the tests over pipes).
 
-The supervisor feeds stdin, caps stdout and stderr (the group is killed at the cap) and kills the
-launcher's whole group at the wall limit; the PID namespace takes every process inside down with it.
+Each run holds a uid of the pool, a fresh working directory and a cgroup of its own, all given back when it
+ends. The supervisor feeds stdin, caps stdout and stderr (the run is killed at the cap), kills the run at the
+wall limit, and at the end kills whatever is left in the run's cgroup, so nothing the program started outlives
+it. A launch that fails before the program starts (bubblewrap could not build the root) is the machine's
+failure, `SandboxUnavailable`; bubblewrap says so on a status descriptor the program cannot silence.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from typing import Iterator, Mapping, Sequence
 
-from workers.sandbox import isolation
-from workers.sandbox.isolation import _MOUNT_FAILED, _environment, _wrap
+from workers.sandbox import cgroups, isolation
+from workers.sandbox.isolation import Launch, _environment
 from workers.sandbox.limits import Limits, MiB, RunResult, SandboxUnavailable
-from workers.sandbox.uids import lease_uid
+from workers.sandbox.uids import lease_uid, sweep_stale
 from workers.sandbox.workdir import _Workdir
 
 log = logging.getLogger(__name__)
+_STATUS_CAP = 1 << 16  # bytes kept of bubblewrap's status documents (the program can write there too)
 
 
 def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: bytes = b"",
@@ -33,23 +38,41 @@ def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: by
 
     Returns how it ended; raises SandboxUnavailable only when the machine cannot contain it.
     """
-    with _prepared(argv, files, limits) as (cmd, workdir):
-        result = _supervise(cmd, workdir.path, _environment(env), stdin, limits)
-        if result.returncode == 125 and _MOUNT_FAILED.encode() in result.stderr[-500:]:
-            raise SandboxUnavailable(f"{_MOUNT_FAILED}: {result.stderr.decode(errors='replace').strip()[-300:]}")
+    with _prepared(argv, files, limits) as prepared:
+        result = _supervise(prepared, _environment(env), stdin, limits)
         if collect:
-            result = _with_files(result, workdir.read(collect, collect_bytes))
+            result = replace(result, files=prepared.workdir.read(collect, collect_bytes))
         return result
+
+
+@dataclass
+class _Prepared:
+    launch: Launch
+    workdir: _Workdir
+    group: cgroups.RunGroup | None
+
+    def finish(self) -> bool:
+        """Kills what is left of the run; True when the kernel killed a process at the run's memory limit."""
+        if self.group is None:
+            return False
+        self.group.kill()
+        return self.group.usage().oom_killed
 
 
 class Spawned:
     """A contained program running on its own; its stdin and stdout are /dev/null, its stderr a capped file."""
 
-    def __init__(self, proc: subprocess.Popen, stderr: "tempfile._TemporaryFileWrapper[bytes]") -> None:
-        self._proc, self._stderr = proc, stderr
+    def __init__(self, proc: subprocess.Popen, stderr: "tempfile._TemporaryFileWrapper[bytes]",
+                 prepared: _Prepared) -> None:
+        self._proc, self._stderr, self._prepared = proc, stderr, prepared
+
+    @property
+    def pid(self) -> int:
+        """The launcher's process (bubblewrap's monitor; the program itself runs in a PID namespace below it)."""
+        return self._proc.pid
 
     def wait(self, timeout_s: float) -> int | None:
-        """The exit status (a signal as 128+n, as the launcher's sh reports it), None if still running."""
+        """The exit status (a signal as 128+n, as bubblewrap reports it), None if still running."""
         try:
             return self._proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -62,6 +85,7 @@ class Spawned:
     def _end(self) -> None:
         if self._proc.poll() is None:
             _kill_group(self._proc)
+        self._prepared.finish()
         self._stderr.close()
 
 
@@ -70,12 +94,13 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
           pass_fds: Sequence[int] = (), env: Mapping[str, str] = {}) -> Iterator[Spawned]:
     """Start argv contained as `run` would, keeping `pass_fds` open in it; killed (with everything it
     started) and cleaned up when the block ends. The caller bounds its time: nothing here waits."""
-    with _prepared(argv, files, limits) as (cmd, workdir):
-        stderr = tempfile.TemporaryFile()  # only the launcher's own complaints: the program may redirect it
-        proc = subprocess.Popen(cmd, cwd=workdir.path, env=_environment(env), stdin=subprocess.DEVNULL,
+    with _prepared(argv, files, limits) as prepared:
+        stderr = tempfile.TemporaryFile()  # the launcher's own complaints, and whatever the program writes there
+        launch = prepared.launch
+        proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=_environment(env), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-                                close_fds=True, pass_fds=tuple(pass_fds))
-        spawned = Spawned(proc, stderr)
+                                close_fds=True, pass_fds=tuple(pass_fds), preexec_fn=launch.setup)
+        spawned = Spawned(proc, stderr, prepared)
         try:
             yield spawned
         finally:
@@ -83,38 +108,51 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
 
 
 @contextlib.contextmanager
-def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits) -> Iterator[tuple[list[str], _Workdir]]:
-    """A uid of the pool, a fresh working directory holding `files`, the launcher chain; released afterwards."""
-    m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
+def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits,
+              m: str | None = None) -> Iterator[_Prepared]:
+    """A uid of the pool, a fresh working directory holding `files`, a cgroup, the launch; released afterwards."""
+    m = m or isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
     lease = lease_uid(m)
-    workdir = None
+    workdir = group = None
     try:
         workdir = _Workdir(m, lease.uid, limits.disk_bytes)
         workdir.write(files, lease.uid)
-        yield _wrap(m, argv, limits, lease.uid), workdir
+        hierarchy = cgroups.probe() if m == "root" else None
+        if isinstance(hierarchy, cgroups.Hierarchy):
+            group = hierarchy.create(os.path.basename(workdir.path), limits.run_memory_bytes(),
+                                     limits.nproc + isolation._LAUNCHER_PROCESSES)
+        yield _Prepared(Launch(m, argv, limits, lease.uid, group, workdir.path), workdir, group)
     finally:
+        if group is not None:
+            group.remove()
         if workdir is not None:
             workdir.remove()
         lease.release()
 
 
-def _with_files(r: RunResult, files: dict[str, bytes]) -> RunResult:
-    return RunResult(r.returncode, r.signal, r.stdout, r.stderr, r.wall_s, r.timed_out, r.output_exceeded, files)
-
-
-def _supervise(cmd: list[str], cwd: str, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
+def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
+    launch = prepared.launch
+    status_read, status_write = os.pipe()
+    contained = launch.contained
+    argv = launch.argv
+    if contained:  # bubblewrap's own report of the launch, after its namespace options
+        argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
     started = time.monotonic()
     deadline = started + limits.wall_s
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
-    stdout, stderr = bytearray(), bytearray()
+    try:
+        proc = subprocess.Popen(argv, cwd=launch.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                                pass_fds=(status_write,) if contained else (), preexec_fn=launch.setup)
+    finally:
+        os.close(status_write)
+    stdout, stderr, status = bytearray(), bytearray(), bytearray()
     out = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
     timed_out = exceeded = False
     pending = memoryview(stdin)
     sel = selectors.DefaultSelector()
-    for fh in (proc.stdout, proc.stderr):
-        os.set_blocking(fh.fileno(), False)
-        sel.register(fh.fileno(), selectors.EVENT_READ)
+    for fd in (proc.stdout.fileno(), proc.stderr.fileno(), status_read):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
     if pending:
         os.set_blocking(proc.stdin.fileno(), False)
         sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
@@ -128,13 +166,16 @@ def _supervise(cmd: list[str], cwd: str, env: dict[str, str], stdin: bytes, limi
                 break
             for key, _ in sel.select(timeout=min(left, 0.5)):
                 fd = key.fd
-                if fd in out:
+                if fd in out or fd == status_read:
                     try:
                         chunk = os.read(fd, 1 << 16)
                     except BlockingIOError:
                         continue
                     if not chunk:
                         sel.unregister(fd)
+                        continue
+                    if fd == status_read:
+                        status += chunk[:max(0, _STATUS_CAP - len(status))]
                         continue
                     room = limits.output_bytes - len(out[fd])
                     out[fd] += chunk[:max(0, room)]
@@ -158,21 +199,28 @@ def _supervise(cmd: list[str], cwd: str, env: dict[str, str], stdin: bytes, limi
                 timed_out = True
     finally:
         sel.close()
-        if proc.poll() is None or timed_out or exceeded:
+        os.close(status_read)
+        killed = proc.poll() is None or timed_out or exceeded
+        if killed:
             _kill_group(proc)
         for fh in (proc.stdin, proc.stdout, proc.stderr):
             if fh and not fh.closed:
                 fh.close()
+        memory_exceeded = prepared.finish()
     wall = time.monotonic() - started
     rc = proc.returncode
-    sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 128 + 65 else None)  # sh reports a signal as 128+n
+    if contained and not killed and b'"exit-code"' not in status:
+        raise SandboxUnavailable(f"the sandbox could not start the program (exit status {rc}): "
+                                 f"{stderr.decode(errors='replace').strip()[-300:]}")
+    sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 128 + 65 else None)  # bubblewrap reports a signal as 128+n
     if sig == signal.SIGXCPU:
         timed_out = True
-    return RunResult(None if sig else rc, sig, bytes(stdout), bytes(stderr), wall, timed_out, exceeded)
+    return RunResult(None if sig else rc, sig, bytes(stdout), bytes(stderr), wall, timed_out, exceeded,
+                     memory_exceeded=memory_exceeded)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher's group; --kill-child then takes the PID namespace (and any escapee) down."""
+    """SIGKILL the launcher's group: bubblewrap's monitor, whose death takes the PID namespace down with it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -181,3 +229,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         log.error("sandbox: launcher %d survived SIGKILL for 10 s", proc.pid)
+
+
+def probe_run() -> str | None:
+    """None when a trivial program runs contained here, else why not (the mode probe, once per process)."""
+    sweep_stale()
+    try:
+        result = _supervise_probe()
+    except (OSError, SandboxUnavailable, subprocess.SubprocessError) as exc:
+        return f"a contained probe run failed: {exc}"
+    if not result.ok:
+        return f"a contained probe run failed ({result.describe()}): {result.stderr.decode(errors='replace')[-300:]}"
+    return None
+
+
+def _supervise_probe() -> RunResult:
+    limits = Limits(wall_s=10)
+    with _prepared(["/bin/true"], {}, limits, m="root") as prepared:  # the probe runs before the mode is known
+        return _supervise(prepared, _environment({}), b"", limits)

@@ -1,5 +1,6 @@
 """The pool of dedicated sandbox uids (`FARM_SANDBOX_UIDS`, default 61000-61999): each run leases one
-through an flock on its lock file, so RLIMIT_NPROC (counted per real uid) caps that run alone.
+through an flock on its lock file, so no two runs share a uid outside their namespaces (nor a user keyring,
+nor RLIMIT_NPROC's count).
 
 The leases also tell which working directories a killed worker left behind: those of a free uid.
 """
@@ -12,6 +13,7 @@ import os
 import random
 import shutil
 
+from workers.sandbox import cgroups
 from workers.sandbox.isolation import _libc
 from workers.sandbox.limits import SandboxUnavailable
 from workers.sandbox.workdir import _MNT_DETACH, sandbox_root
@@ -69,12 +71,13 @@ def lease_uid(m: str) -> _Lease:
 
 @functools.lru_cache(maxsize=1)
 def sweep_stale() -> None:
-    """Once per process: unmount and remove working directories left by a worker killed mid-run.
-    A directory is named after its run's uid, whose lock is held for the whole run: a free lock means stale."""
+    """Once per process: what a worker killed mid-run left (working directories, run cgroups and their
+    processes). Each is named after its run's uid, whose lock is held for the whole run: a free lock means stale."""
     root = sandbox_root()
-    if not os.path.isdir(root):
-        return
-    for name in os.listdir(root):
+    names = os.listdir(root) if os.path.isdir(root) else []
+    hierarchy = cgroups.probe() if os.geteuid() == 0 else None
+    groups = hierarchy.stale() if isinstance(hierarchy, cgroups.Hierarchy) else []
+    for name in sorted(set(names) | set(groups)):
         parts = name.split("-")
         if len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit():
             continue
@@ -82,8 +85,11 @@ def sweep_stale() -> None:
         if fd is None:
             continue  # a run is using that uid right now
         try:
+            if name in groups:
+                hierarchy.adopt(name).remove()  # kills what is left in it first
             path = os.path.join(root, name)
-            _libc.umount2(path.encode(), _MNT_DETACH)  # fails harmlessly where it is a plain directory
-            shutil.rmtree(path, ignore_errors=True)
+            if name in names:
+                _libc.umount2(path.encode(), _MNT_DETACH)  # fails harmlessly where it is a plain directory
+                shutil.rmtree(path, ignore_errors=True)
         finally:
             os.close(fd)

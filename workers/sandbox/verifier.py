@@ -1,6 +1,7 @@
 """`call`: run trusted verifier code on untrusted input (math-verify parses model output with sympy,
-which evaluates strings) in a forked child: its own session, a new network namespace, rlimits, the
-dedicated uid, every inherited descriptor closed, the result back as JSON.
+which evaluates strings) in a forked child: its own session and cgroup, new network, IPC and UTS namespaces,
+an empty read-only root (no file, socket or device of the host), rlimits, the dedicated uid with fresh
+keyrings, every inherited descriptor closed, the result back as JSON.
 """
 
 from __future__ import annotations
@@ -8,20 +9,23 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import resource
+import secrets
 import selectors
 import signal
 import time
 import traceback
 from typing import Any, Callable, Sequence
 
-from workers.sandbox import isolation
+from workers.sandbox import cgroups, isolation
 from workers.sandbox.isolation import _environment, _libc
 from workers.sandbox.limits import CallResult, Limits
 from workers.sandbox.uids import lease_uid
 
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET, _CLONE_NEWIPC, _CLONE_NEWUTS = 0x40000000, 0x08000000, 0x04000000
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+_KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_CLEAR, _KEY_SPEC_USER_KEYRING = 1, 7, -4
 
 
 def _mapped_bytes() -> tuple[int, int]:
@@ -40,51 +44,68 @@ def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_
     m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
     lease = lease_uid(m)
     started = time.monotonic()
+    group = None
     read_fd, write_fd = os.pipe()
     try:
+        hierarchy = cgroups.probe() if m == "root" else None
+        if isinstance(hierarchy, cgroups.Hierarchy):
+            group = hierarchy.create(f"run-{lease.uid}-call{secrets.token_hex(4)}", limits.run_memory_bytes(),
+                                     limits.nproc)
+        empty = _empty_root() if m == "root" else None
         pid = os.fork()
         if pid == 0:  # the child: contain first, then compute; never returns
-            _child(fn, arg, limits, m, lease.uid, read_fd, write_fd, keep_fds)
+            _child(fn, arg, limits, m, lease.uid, group, empty, read_fd, write_fd, keep_fds)
         os.close(write_fd)
         write_fd = -1
-        data, timed_out = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
-        if timed_out:
+        data, timed_out, overflowed = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
+        if timed_out or overflowed:
             _kill_pid_group(pid)
+        if group is not None:
+            group.kill()  # whatever the child started, in any session
         _, status = os.waitpid(pid, 0)
         wall = time.monotonic() - started
+        memory = group is not None and group.usage().oom_killed
         if timed_out:
             return CallResult(timed_out=True, wall_s=wall)
+        if overflowed:
+            return CallResult(ended=f"its result was longer than {limits.output_bytes} bytes", wall_s=wall)
         try:
             reply = json.loads(data)
         except ValueError:
-            why = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
-                   else f"exit status {os.WEXITSTATUS(status)}")
             if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
                 return CallResult(timed_out=True, wall_s=wall)
-            return CallResult(error=f"verifier child ended without a result ({why})", wall_s=wall)
+            why = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
+                   else f"exit status {os.WEXITSTATUS(status)}")
+            if memory:
+                why = "killed at its memory limit"
+            return CallResult(ended=f"it ended without a result ({why})", memory_exceeded=memory, wall_s=wall)
         return CallResult(value=reply.get("value"), error=reply.get("error", ""), wall_s=wall)
     finally:
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
+        if group is not None:
+            group.remove()
         lease.release()
 
 
-def _read_until(fd: int, deadline: float, cap: int) -> tuple[bytes, bool]:
+def _read_until(fd: int, deadline: float, cap: int) -> tuple[bytes, bool, bool]:
+    """What the child wrote, until it closed the pipe; and whether the deadline passed or the cap was passed
+    (then the child is killed: left alone it would block on a full pipe)."""
     data = bytearray()
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return bytes(data), True
+                return bytes(data), True, False
             if sel.select(timeout=left):
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    return bytes(data), False
+                    return bytes(data), False, False
                 data += chunk
                 if len(data) > cap:
-                    return b"", False
+                    return b"", False, True
 
 
 def _kill_pid_group(pid: int) -> None:
@@ -94,27 +115,42 @@ def _kill_pid_group(pid: int) -> None:
         pass
 
 
-def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write_fd: int,
-           keep_fds: Sequence[int] = ()) -> None:
+def _empty_root() -> str:
+    """The root a verifier child sees: an empty directory it cannot write to (root-owned, 0555)."""
+    path = os.path.join(isolation.state_root(), "empty")
+    if not os.path.isdir(path):
+        os.makedirs(path, mode=0o555, exist_ok=True)
+    os.chmod(path, 0o555)
+    return path
+
+
+def _child(fn, arg, limits: Limits, m: str, uid: int | None, group: cgroups.RunGroup | None, empty: str | None,
+           read_fd: int, write_fd: int, keep_fds: Sequence[int] = ()) -> None:
     code = 70
     try:
         os.close(read_fd)
         os.setsid()
+        if group is not None:
+            group.join()
         low = 3
         for fd in sorted({write_fd, *keep_fds}):  # the worker's broker and database sockets stay out of reach
             os.closerange(low, fd)
             low = fd + 1
         os.closerange(low, 65536)
-        if m != "uncontained":
-            flags = _CLONE_NEWNET | (_CLONE_NEWUSER if m == "userns" else 0)
-            if _libc.unshare(flags) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
-        cpu = limits.cpu_seconds()
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         # the caps bound what the call adds to the worker it was forked from: an absolute cap below what the
         # worker already maps (a big library, a CUDA context) would fail the verifier's allocations and turn
         # them into verdicts
         mapped, data = _mapped_bytes()
+        if m != "uncontained":
+            # no network, no IPC objects or abstract sockets of the host, no filesystem at all: what the
+            # child computes with is what the worker had imported before the fork
+            if _libc.unshare(_CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS) != 0:
+                raise OSError(ctypes.get_errno(), "unshare failed")
+            if empty is not None:
+                os.chroot(empty)
+            os.chdir("/")
+        cpu = limits.cpu_seconds()
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         if limits.memory_bytes is not None:
             resource.setrlimit(resource.RLIMIT_AS, (mapped + limits.memory_bytes,) * 2)
         if limits.data_bytes is not None:
@@ -128,7 +164,7 @@ def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-        os.chdir("/")
+        _fresh_keyrings()
         try:
             reply = {"value": fn(arg)}
         except Exception as exc:  # the verifier's own error on this input, reported to the stage
@@ -142,3 +178,13 @@ def _child(fn, arg, limits: Limits, m: str, uid: int | None, read_fd: int, write
         code = 71
     finally:
         os._exit(code)
+
+
+def _fresh_keyrings() -> None:
+    """The kernel's keyrings outlive processes: a new empty session keyring, and this uid's user keyring
+    cleared, so nothing an earlier call of the same uid stored there can be read (a pool uid serves many runs)."""
+    if _SYS_KEYCTL is None:
+        raise OSError(f"keyctl's system call number on {platform.machine()} is not known here")
+    _libc.syscall(ctypes.c_long(_SYS_KEYCTL), ctypes.c_long(_KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_long(0))
+    if _libc.syscall(ctypes.c_long(_SYS_KEYCTL), ctypes.c_long(_KEYCTL_CLEAR), ctypes.c_long(_KEY_SPEC_USER_KEYRING)):
+        raise OSError(ctypes.get_errno(), "cannot clear the user keyring")

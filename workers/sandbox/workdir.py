@@ -1,5 +1,6 @@
 """The private working directory of one run: a fresh tmpfs of `disk_bytes` (its size is the disk
-quota) owned by the run's uid, under `sandbox_root()`, unmounted and removed afterwards.
+quota) owned by the run's uid, under `sandbox_root()`, unmounted and removed afterwards. Inside the run it is
+`/work`; its host path is never visible there.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tempfile
 from typing import Mapping, Sequence
 
 from workers.sandbox.isolation import _libc
+from workers.sandbox.limits import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,7 @@ def sandbox_root() -> str:
 
 
 class _Workdir:
-    """A fresh private directory: a tmpfs of `disk_bytes` where we may mount, else a plain directory."""
+    """A fresh private directory: a tmpfs of `disk_bytes` for a contained run, a plain directory uncontained."""
 
     def __init__(self, m: str, uid: int | None, disk_bytes: int) -> None:
         root = sandbox_root()
@@ -36,12 +38,11 @@ class _Workdir:
         self.mounted = False
         if m == "root":
             opts = f"size={disk_bytes},mode=0700,uid={uid},gid={uid}".encode()
-            if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) == 0:
-                self.mounted = True
-            else:
-                _warn_once(f"sandbox: cannot mount a tmpfs working directory ({os.strerror(ctypes.get_errno())}); "
-                           "no disk quota beyond the per-file cap")
-                os.chown(self.path, uid, uid)
+            if _libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts) != 0:
+                why = os.strerror(ctypes.get_errno())
+                os.rmdir(self.path)
+                raise SandboxUnavailable(f"cannot mount the private tmpfs of a run's working directory ({why})")
+            self.mounted = True
         elif uid is not None:
             os.chown(self.path, uid, uid)
 
@@ -85,12 +86,3 @@ class _Workdir:
         if self.mounted and _libc.umount2(self.path.encode(), _MNT_DETACH) != 0:
             log.error("sandbox: cannot unmount %s: %s", self.path, os.strerror(ctypes.get_errno()))
         shutil.rmtree(self.path, ignore_errors=True)
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        log.warning(message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from workers.process import WorkerArgumentError, serve
+from workers.sandbox import SandboxUnavailable
 
 
 @click.command()
@@ -21,4 +22,6 @@ def worker(stage_queue: str, name: str | None, loglevel: str, events: bool, impo
         code = serve(stage_queue, name, loglevel=loglevel, events=events, imports=imports)
     except WorkerArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint=exc.option) from exc
+    except SandboxUnavailable as exc:  # a stage that runs untrusted code on a machine that cannot contain it
+        raise click.ClickException(f"worker for {stage_queue} refused to start: {exc}") from exc
     raise SystemExit(code)
