@@ -27,7 +27,8 @@ import docker.errors
 
 from farm.config import Settings
 from planner.backends import Backend, BackendError, Worker, WorkerState, common
-from planner.backends.docker_spec import DEFAULT_LIMITS, LABEL, Limits, container_spec, engine_time, options_from_env
+from planner.backends.docker_spec import (DEFAULT_LIMITS, LABEL, SYSTEM_PATHS_UNCONFINED, Limits, container_spec, engine_time,
+                                          host_config, options_from_env)
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class DockerBackend(common.Observed, Backend):
         volumes: Mapping[str, Any] | None = None,
         gpu_ids: Sequence[str] | None = None,
         cap_add: Sequence[str] = ("SYS_ADMIN",),
-        security_opt: Sequence[str] = ("apparmor=unconfined",),
+        security_opt: Sequence[str] = ("apparmor=unconfined", "seccomp=unconfined", SYSTEM_PATHS_UNCONFINED),
         init: bool = True,
         grace_s: float = common.DEFAULT_GRACE_S,
         timeout_for: Callable[[str], float] | None = None,
@@ -69,7 +70,10 @@ class DockerBackend(common.Observed, Backend):
         (`{"/host": {"bind": "/in", "mode": "ro"}}`); `gpu_ids` the GPUs to hand out, one per GPU worker;
         `network` "host" or a network name (compose's); `env` adds to the farm's settings. What is not
         given comes from FARM_DOCKER_* in `environ` (default: os.environ), then the defaults here.
-        `cap_add`/`security_opt`: the worker's sandbox makes namespaces and mounts (workers/sandbox/)."""
+        `cap_add`/`security_opt`: the worker's sandbox (workers/sandbox/) runs bubblewrap, which makes user, mount
+        and PID namespaces, pivots into a new root and mounts a /proc there (the engine's default seccomp profile
+        refuses pivot_root, and its masked /proc paths make the kernel refuse a new /proc in a user namespace),
+        and gives each run a cgroup (the worker remounts its container's cgroup subtree writable)."""
         from_env = options_from_env(os.environ if environ is None else environ)
         self.settings = settings
         self.namespace = common.check_namespace(settings.namespace)
@@ -209,7 +213,7 @@ class DockerBackend(common.Observed, Backend):
         )
         api = self._docker.api
         try:
-            container = api.create_container(**create, host_config=api.create_host_config(**host))["Id"]
+            container = api.create_container(**create, host_config=host_config(api, host))["Id"]
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # a retried spawn raced another: the worker exists
                 return

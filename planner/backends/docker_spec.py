@@ -107,6 +107,24 @@ def container_spec(
     return create, host
 
 
+SYSTEM_PATHS_UNCONFINED = "systempaths=unconfined"  # the CLI's option; the engine's API takes empty path lists
+
+
+def host_config(api: Any, host: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine's HostConfig for `host` (container_spec's): the SDK's, with the CLI's `systempaths=unconfined`
+    written as the API takes it (no masked or read-only /proc paths), which the SDK has no argument for."""
+    options = dict(host)
+    security = list(options.pop("security_opt", []))
+    unmasked = SYSTEM_PATHS_UNCONFINED in security
+    security = [o for o in security if o != SYSTEM_PATHS_UNCONFINED]
+    if security:
+        options["security_opt"] = security
+    config = api.create_host_config(**options)
+    if unmasked:
+        config["MaskedPaths"], config["ReadonlyPaths"] = [], []
+    return config
+
+
 def options_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """The docker backend's options from the environment, for `farm planner --backend docker` in compose:
     FARM_DOCKER_IMAGE, FARM_DOCKER_GPU_IMAGE, FARM_DOCKER_NETWORK, FARM_DOCKER_GPUS ("0,1,2,3"),

@@ -114,3 +114,15 @@ def test_engine_times_are_read_to_the_nanosecond():
     assert engine_time("2026-11-22T20:52:49.266057756Z") == pytest.approx(1795380769.266057756, abs=1e-6)
     assert engine_time("2026-11-22T20:52:49Z") == pytest.approx(1795380769.0)
     assert engine_time("0001-01-01T00:00:00Z") is None and engine_time(None) is None
+
+
+def test_systempaths_unconfined_becomes_empty_masked_and_read_only_paths_for_the_engine():
+    import docker
+
+    from planner.backends.docker_spec import host_config
+
+    api = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.41")  # builds configs, calls nothing
+    config = host_config(api, {"network_mode": "host", "security_opt": ["apparmor=unconfined", "systempaths=unconfined"]})
+    assert config["MaskedPaths"] == [] and config["ReadonlyPaths"] == []
+    assert config["SecurityOpt"] == ["apparmor=unconfined"]
+    assert "MaskedPaths" not in host_config(api, {"network_mode": "host"})

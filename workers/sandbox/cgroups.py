@@ -15,17 +15,20 @@ whatever limits its own container or service has.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 log = logging.getLogger(__name__)
 
 PARENT = "farm-sandbox"
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 2, 4, 8, 32, 4096
+_libc = ctypes.CDLL(None, use_errno=True)
 _V1_REQUIRED = ("memory", "pids")
 _V2_REQUIRED = ("memory", "pids")
 
@@ -261,7 +264,8 @@ class _Mount:
     point: str
     root: str  # the directory of the hierarchy this mount shows (not "/" where a container bind-mounts its own)
     kind: str  # "cgroup" or "cgroup2"
-    options: frozenset[str]
+    options: frozenset[str]  # the hierarchy's: its controllers
+    readonly: bool  # this mount's own flag: a container's engine mounts its cgroups read-only
 
 
 def _mounts() -> list[_Mount]:
@@ -271,9 +275,22 @@ def _mounts() -> list[_Mount]:
             left, _, right = line.partition(" - ")
             fields, tail = left.split(), right.split()
             if len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-                options = frozenset(tail[2].split(",")) | frozenset(fields[5].split(","))
-                found.append(_Mount(_unescape(fields[4]), _unescape(fields[3]), tail[0], options))
+                found.append(_Mount(_unescape(fields[4]), _unescape(fields[3]), tail[0], frozenset(tail[2].split(",")),
+                                    "ro" in fields[5].split(",")))
     return found
+
+
+def _writable(mount: _Mount) -> _Mount:
+    """A read-only cgroup mount made writable where this process may (root with CAP_SYS_ADMIN in a worker
+    container: the mount shows only the container's own subtree, so its runs' groups nest inside its limits)."""
+    if not mount.readonly:
+        return mount
+    flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    if _libc.mount(None, mount.point.encode(), None, flags, None) != 0:
+        raise CgroupsUnavailable(f"{mount.point} is mounted read-only and cannot be made writable here "
+                                 f"({os.strerror(ctypes.get_errno())})")
+    log.warning("sandbox: remounted %s read-write, for the runs' cgroups", mount.point)
+    return replace(mount, readonly=False)
 
 
 def _unescape(path: str) -> str:
@@ -291,9 +308,8 @@ def _own_groups() -> dict[str, str]:
     return groups
 
 
-def _inside(mount: _Mount, group: str, relative: str | None) -> str:
-    """The directory of `relative` (the operator's delegated group) or of `group`/farm-sandbox in this mount."""
-    path = relative if relative is not None else os.path.join(group, PARENT)
+def _inside(mount: _Mount, path: str) -> str:
+    """The directory of a group (a path from the hierarchy's root, as /proc/self/cgroup writes it) in this mount."""
     root = mount.root.rstrip("/")
     if root and (path == root or path.startswith(root + "/")):
         path = path[len(root):]
@@ -308,37 +324,50 @@ def _writable_parent(path: str) -> str:
 
 
 def _v1(mounts: list[_Mount], own: dict[str, str], relative: str | None) -> V1:
-    by_controller = {c: m for m in mounts if m.kind == "cgroup" and "ro" not in m.options for c in m.options}
+    by_controller = {c: m for m in mounts if m.kind == "cgroup" for c in m.options}
     missing = [c for c in _V1_REQUIRED if c not in by_controller]
     if missing:
-        raise CgroupsUnavailable(f"cgroup v1 lacks a writable {' and '.join(missing)} hierarchy")
-    parents = tuple(_writable_parent(_inside(by_controller[c], own.get(c, "/"), relative)) for c in _V1_REQUIRED)
+        raise CgroupsUnavailable(f"cgroup v1 lacks a {' and '.join(missing)} hierarchy")
+    for controller in _V1_REQUIRED:
+        by_controller[controller] = _writable(by_controller[controller])
+    def parent(controller: str) -> str:
+        return _writable_parent(_inside(by_controller[controller], relative or f"{own.get(controller, '/')}/{PARENT}"))
+
     freezer = None
     if "freezer" in by_controller:
         try:
-            freezer = _writable_parent(_inside(by_controller["freezer"], own.get("freezer", "/"), relative))
-        except OSError:
+            by_controller["freezer"] = _writable(by_controller["freezer"])
+            freezer = parent("freezer")
+        except (OSError, CgroupsUnavailable):
             freezer = None
-    return V1(parents, freezer)
+    return V1(tuple(parent(c) for c in _V1_REQUIRED), freezer)
 
 
 def _v2(mounts: list[_Mount], own: dict[str, str], relative: str | None) -> V2:
-    unified = [m for m in mounts if m.kind == "cgroup2" and "ro" not in m.options]
+    unified = [m for m in mounts if m.kind == "cgroup2"]
     if not unified:
-        raise CgroupsUnavailable("no writable cgroup v2 hierarchy is mounted")
-    mount = unified[0]
-    home = _inside(mount, own.get("", "/"), "") if relative is None else None
-    available = set((_read(os.path.join(mount.point, "cgroup.controllers")) or "").split())
+        raise CgroupsUnavailable("no cgroup v2 hierarchy is mounted")
+    mount = _writable(unified[0])
+    if relative is None:  # under the worker's own group, which must first hand the controllers down
+        home = _inside(mount, own.get("", "/"))
+        _require(home)
+        if os.path.exists(os.path.join(home, "cgroup.type")):  # not the true root (a container's namespace root is not)
+            _vacate(home)  # a group with controllers for its children may hold no processes itself
+        _enable(home)
+        parent = os.path.join(home, PARENT)
+    else:  # a group the operator delegated
+        parent = _inside(mount, relative)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    _require(parent)
+    _enable(parent)
+    return V2((_writable_parent(parent),))
+
+
+def _require(directory: str) -> None:
+    available = set((_read(os.path.join(directory, "cgroup.controllers")) or "").split())
     missing = [c for c in _V2_REQUIRED if c not in available]
     if missing:
-        raise CgroupsUnavailable(f"cgroup v2 at {mount.point} lacks the {' and '.join(missing)} controller")
-    if home is not None and os.path.realpath(home) != os.path.realpath(mount.point):
-        _vacate(home)  # a group with controllers for its children may hold no processes itself
-    parent = _inside(mount, own.get("", "/"), relative)
-    os.makedirs(parent, mode=0o755, exist_ok=True)
-    for directory in ([home] if home else []) + [parent]:
-        _enable(directory)
-    return V2((_writable_parent(parent),))
+        raise CgroupsUnavailable(f"cgroup v2 group {directory} lacks the {' and '.join(missing)} controller")
 
 
 def _enable(directory: str) -> None:
