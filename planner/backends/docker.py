@@ -27,8 +27,8 @@ import docker.errors
 
 from farm.config import Settings
 from planner.backends import Backend, BackendError, Worker, WorkerState, common
-from planner.backends.docker_spec import (DEFAULT_LIMITS, LABEL, SYSTEM_PATHS_UNCONFINED, Limits, container_spec, engine_time,
-                                          host_config, options_from_env)
+from planner.backends.docker_spec import (DEFAULT_LIMITS, LABEL, SYSTEM_PATHS_UNCONFINED, Limits, container_spec,
+                                          engine_time, host_config, options_from_env)
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,78 @@
+"""One contract over every cgroup implementation (`workers.sandbox.cgroups.v1`, `.v2`), run for real against this
+machine's kernel; a version the machine does not offer is skipped, saying why (this project's test machines
+mount cgroup v1 with memory and pids; the GPU machines run cgroup v2, where these tests ran too)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import pytest
+
+from workers.sandbox.cgroups import CgroupsUnavailable, v1, v2
+from workers.sandbox.cgroups.mounts import mounts, own_groups
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")]
+
+
+@pytest.fixture(params=["v1", "v2"])
+def hierarchy(request):
+    version = {"v1": v1, "v2": v2}[request.param]
+    try:
+        return version.make(mounts(), own_groups(), os.environ.get("FARM_SANDBOX_CGROUP") or None)
+    except (CgroupsUnavailable, OSError) as exc:
+        pytest.skip(f"this machine offers no usable cgroup {request.param}: {exc}")
+
+
+@pytest.fixture
+def group(hierarchy):
+    made = hierarchy.create(f"run-{os.getpid()}-t{secrets.token_hex(3)}", 128 << 20, 8)
+    yield made
+    made.remove()
+
+
+def _start(group, code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", code], preexec_fn=group.join, stdout=subprocess.PIPE)
+
+
+def test_a_process_that_joins_a_group_is_listed_and_killed_with_it_even_in_a_session_of_its_own(group):
+    proc = _start(group, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)")
+    deadline = time.monotonic() + 5
+    while len(group.pids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(group.pids()) == 2
+    group.kill()
+    assert proc.wait(5) < 0
+    deadline = time.monotonic() + 5
+    while group.pids() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert group.pids() == []
+
+
+def test_memory_is_capped_for_the_group_as_a_whole(group):
+    code = ("import os\nfor _ in range(2):\n    if os.fork() == 0:\n        b = bytearray(100 << 20)\n"
+            "        b[::4096] = b'x' * len(b[::4096])\n        os._exit(0)\nprint(sorted(os.wait()[1] for _ in range(2)))")
+    out, _ = _start(group, code).communicate(timeout=30)
+    assert out != b"[0, 0]\n" and group.usage().oom_killed
+
+
+def test_the_number_of_processes_is_capped_for_the_group(group):
+    code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n            time.sleep(5)\n"
+            "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")
+    out, _ = _start(group, code).communicate(timeout=30)
+    assert int(out) < 8
+    group.kill()
+
+
+def test_a_removed_group_is_gone_and_a_group_left_behind_is_found_and_removed(hierarchy):
+    left = hierarchy.create(f"run-{os.getpid()}-left{secrets.token_hex(3)}", None, 4)
+    name = os.path.basename(left.paths[0])
+    sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=left.join)
+    left.close_fds()  # the worker that made it was killed
+    assert name in hierarchy.stale()
+    assert hierarchy.adopt(name).remove()
+    assert sleeper.wait(5) < 0 and name not in hierarchy.stale()
+    assert not any(os.path.exists(path) for path in left.paths)

@@ -1,0 +1,171 @@
+"""The interface every cgroup version implements (`Hierarchy`: make a run's group, limit it, kill everything in
+it, read what it used, remove it) and a run's group (`RunGroup`), with the small file helpers both versions use."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("workers.sandbox.cgroups")
+
+
+class CgroupsUnavailable(RuntimeError):
+    """This machine offers no cgroup hierarchy the sandbox can write to."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a run used, read just before its group is removed."""
+
+    memory_peak_bytes: int | None
+    oom_killed: bool  # the kernel killed a process of the run at its memory limit
+
+
+class RunGroup:
+    """One run's group (one directory per hierarchy); `join_fds` are opened for the launcher to write its pid."""
+
+    def __init__(self, hierarchy: "Hierarchy", paths: tuple[str, ...]) -> None:
+        self.hierarchy, self.paths = hierarchy, paths
+        self.join_fds: tuple[int, ...] = tuple(
+            os.open(os.path.join(p, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC) for p in paths)
+
+    def join(self) -> None:
+        """Moves the calling process into the group: runs in the launcher's child, before anything else."""
+        pid = str(os.getpid()).encode()
+        for fd in self.join_fds:
+            os.write(fd, pid)
+
+    def close_fds(self) -> None:
+        for fd in self.join_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.join_fds = ()
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for p in self.paths:
+            try:
+                with open(os.path.join(p, "cgroup.procs")) as fh:
+                    found.update(int(line) for line in fh if line.strip())
+            except FileNotFoundError:
+                pass
+        return sorted(found)
+
+    def kill(self) -> None:
+        """SIGKILL every process of the run, including any that left the launcher's process group."""
+        self.hierarchy.kill(self)
+
+    def usage(self) -> Usage:
+        return self.hierarchy.usage(self)
+
+    def remove(self, wait_s: float = 2.0) -> bool:
+        """Kills what is left and removes the group; False (and a log line) when it stays busy: the sweep
+        of the next worker start takes it then."""
+        self.close_fds()
+        deadline = time.monotonic() + wait_s
+        for path in self.paths:
+            while True:
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                        log.error("sandbox: cannot remove cgroup %s: %s", path, exc)
+                        return False
+                    self.kill()
+                    time.sleep(0.01)
+        return True
+
+
+def write(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+def read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def counted(text: str, key: str) -> int:
+    """A counter from a flat-keyed cgroup file (`oom_kill 2`)."""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def kill_listed(group: RunGroup) -> None:
+    for _ in range(100):  # a process may fork between the read and the kill: read again until none is left
+        pids = group.pids()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class Hierarchy:
+    """A cgroup version on this machine: where the sandbox's groups go and how a run's group is made."""
+
+    version = 0
+
+    def __init__(self, parents: tuple[str, ...]) -> None:
+        self.parents = parents  # the directory that holds the runs' groups, one per hierarchy
+
+    def describe(self) -> str:
+        return f"cgroup v{self.version} at {', '.join(self.parents)}"
+
+    def create(self, name: str, memory_bytes: int | None, pids: int) -> RunGroup:
+        paths = []
+        try:
+            for parent in self.parents:
+                path = os.path.join(parent, name)
+                os.mkdir(path, 0o755)
+                paths.append(path)
+            self._limit(tuple(paths), memory_bytes, pids)
+            return RunGroup(self, tuple(paths))
+        except BaseException:
+            for path in paths:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+            raise
+
+    def stale(self) -> list[str]:
+        """Names of run groups under the parent (a killed worker's runs leave theirs)."""
+        try:
+            return sorted(n for n in os.listdir(self.parents[0]) if n.startswith("run-"))
+        except FileNotFoundError:
+            return []
+
+    def adopt(self, name: str) -> RunGroup:
+        group = RunGroup.__new__(RunGroup)
+        group.hierarchy, group.paths, group.join_fds = self, tuple(os.path.join(p, name) for p in self.parents), ()
+        return group
+
+    def _limit(self, paths: tuple[str, ...], memory_bytes: int | None, pids: int) -> None:
+        raise NotImplementedError
+
+    def kill(self, group: RunGroup) -> None:
+        raise NotImplementedError
+
+    def usage(self, group: RunGroup) -> Usage:
+        raise NotImplementedError
+
+
