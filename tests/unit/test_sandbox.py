@@ -58,7 +58,8 @@ def test_the_environment_is_rebuilt_from_nothing(monkeypatch):
     monkeypatch.setenv("FARM_BROKER_URL", "redis://127.0.0.1:6379/0")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
     r = _py("import os, json; print(json.dumps(sorted(os.environ)))")
-    passed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", *isolation._PASS_THROUGH}  # a GPU worker's device choice
+    # PWD: bubblewrap says where it put the run (/work); the pass-through: a GPU worker's device choice
+    passed = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PWD", *isolation._PASS_THROUGH}
     assert set(json.loads(r.stdout)) <= passed
 
 
