@@ -12,25 +12,23 @@ import base64
 import functools
 import hashlib
 import math
-import reprlib
 from typing import Any, Callable, Mapping
 
 from farm.pipeline import InvalidInput, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
+from workers.shown import shown as _bounded
 
 BINARY_CAP = 16 * sandbox.MiB
 TAIL = 2000  # characters of compiler or program output kept in a message
 
-_SHOWN = reprlib.Repr()  # a payload's value in a message: bounded however long or deeply nested it is
-_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong, _SHOWN.maxlevel = 80, 80, 40, 3
 SHOWN_CHARS = 200
 
 
 def shown(value: Any) -> str:
-    """A payload's value as a refusal shows it: its repr, cut short (a message never carries the payload back)."""
-    text = _SHOWN.repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+    """A payload's value as a refusal shows it: its repr, cut short (a message never carries the payload back),
+    however long, deep or large it is (`workers.shown`)."""
+    return _bounded(value, SHOWN_CHARS)
 
 
 def finite(value: Any) -> float | None:
@@ -96,12 +94,21 @@ def unpack_binary(carry: Mapping[str, Any]) -> bytes:
     return binary
 
 
+def ended(result: sandbox.RunResult) -> str:
+    """How a sandboxed program ended (`RunResult.describe`), for a message; never raises: a program killed by
+    a real-time signal (or exiting with 128 + its number) has no name in `signal.Signals`."""
+    try:
+        return result.describe()
+    except ValueError:
+        return f"killed by signal {result.signal}"
+
+
 def compiled(result: sandbox.RunResult, name: str, what: str) -> StageOutcome:
     """The compile stage's verdict from a sandboxed compiler run that was asked to collect `name`."""
     if result.timed_out:
-        return StageOutcome(Status.TIMEOUT, message=f"{what} {result.describe()}", outcome=Outcome.COMPILE_FAILED)
+        return StageOutcome(Status.TIMEOUT, message=f"{what} {ended(result)}", outcome=Outcome.COMPILE_FAILED)
     if not result.ok or name not in result.files:
-        why = result.describe() if result.returncode != 0 else "no binary produced"
+        why = ended(result) if result.returncode != 0 else "no binary produced"
         if result.returncode == 0 and name not in result.files:
             why = f"the binary is missing or larger than {BINARY_CAP >> 20} MiB"
         return StageOutcome(Status.COMPILE_ERROR, message=f"{what} failed ({why}):\n{tail(result.stderr or result.stdout)}",

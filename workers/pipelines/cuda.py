@@ -48,7 +48,8 @@ from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code
-from workers.pipelines.common import compiled, contained, finite, number_field, shown, tail, text_field, unpack_binary
+from workers.pipelines.common import (compiled, contained, ended, finite, number_field, shown, tail, text_field,
+                                      unpack_binary)
 from workers.pipelines.cuda_harness import build, harness_problem
 from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_record
 
@@ -149,13 +150,13 @@ def run_program(payload: Mapping[str, Any], binary: bytes, timeout_s: float) -> 
     r = sandbox.run(["./prog"], files={"prog": binary}, stdin=stdin, limits=limits, env=env)
     failed = {"outcome": Outcome.EXECUTE_ERROR}
     if r.timed_out:
-        return StageOutcome(Status.TIMEOUT, message=r.describe(), **failed)
+        return StageOutcome(Status.TIMEOUT, message=ended(r), **failed)
     output = r.stdout.decode("utf-8", errors="replace")
     record = split_record(output, nonce) if nonce else None
     if nonce and record is None and r.returncode == 0 and not r.output_exceeded:
         return StageOutcome(Status.WRONG, message=NO_RECORD, **failed)
     if not r.ok and not (record and r.returncode == record[1] & 0xFF):
-        return StageOutcome(Status.RUNTIME_ERROR, message=f"{r.describe()}\n{tail(r.stderr)}".rstrip(), **failed)
+        return StageOutcome(Status.RUNTIME_ERROR, message=f"{ended(r)}\n{tail(r.stderr)}".rstrip(), **failed)
     if record:
         output, status = record
         if status != 0:

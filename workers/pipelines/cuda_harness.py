@@ -24,7 +24,7 @@ from farm.pipeline import StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.pipelines import cuda_checks
-from workers.pipelines.common import compiled, tail
+from workers.pipelines.common import compiled, ended, tail
 from workers.pipelines.cuda_record import WRAPPER_FILE, WRAPPER_SOURCE
 
 # the response's compile: one section per function (so the checks see every call between functions as a
@@ -69,11 +69,11 @@ def build(code: str, harness: str, flags: list[str], timeout_s: float, limits: s
         theirs = run(["nvcc", "-O2", *flags, "-c", "main.cu", WRAPPER_FILE],
                      {"main.cu": harness, WRAPPER_FILE: WRAPPER_SOURCE}, ("main.o", WRAPPER_OBJECT))
         if theirs.timed_out:
-            return StageOutcome(Status.TIMEOUT, message=f"nvcc on the harness: {theirs.describe()}",
+            return StageOutcome(Status.TIMEOUT, message=f"nvcc on the harness: {ended(theirs)}",
                                 outcome=Outcome.COMPILE_FAILED)
         if not theirs.ok or len(theirs.files) != 2:
             return StageOutcome(Status.INVALID_INPUT, message=f"the harness does not compile on its own "
-                                f"({theirs.describe()}):\n{tail(theirs.stderr or theirs.stdout)}".rstrip())
+                                f"({ended(theirs)}):\n{tail(theirs.stderr or theirs.stdout)}".rstrip())
         ours = dict(theirs.files)
         with _LOCK:
             _COMPILED[key] = ours

@@ -43,7 +43,7 @@ from farm.pipeline import Admission, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.pipelines.code import COMPILE_LIMITS, RUN_LIMITS
-from workers.pipelines.common import BINARY_CAP, compiled, contained, unpack_binary
+from workers.pipelines.common import BINARY_CAP, compiled, contained, ended, unpack_binary
 from workers.pipelines.run_code_payload import MAX_TIMEOUT_S, PROGRAM_FILES, Run, read
 from workers.pipelines.run_code_shape import answer, command_result, sandbox_error
 
@@ -115,7 +115,7 @@ def run_stage(ctx: StageContext) -> StageOutcome:
     if r.ok:
         details = answer(ctx.worker, compile_result=compile_result, run_result=result, files=fetched, message=note)
         return StageOutcome(None, reward=1.0, message=note, outcome=Outcome.SUCCESS, details=details)
-    why = "; ".join(filter(None, (r.describe(), note)))
+    why = "; ".join(filter(None, (ended(r), note)))
     details = answer(ctx.worker, compile_result=compile_result, run_result=result, files=fetched, message=why,
                      status="Failed")
     return StageOutcome(Status.TIMEOUT if r.timed_out else Status.RUNTIME_ERROR, message=why,
