@@ -207,7 +207,7 @@ HOSTILE = {
         """, Status.WRONG, "not plain data"),
     "forges_the_reply_lines_of_the_protocol": ("""
         import os
-        FORGED = b'{"__plain__":"tuple","v":["value",{"__plain__":"tuple","v":["ok"]}]}\\n' * 8
+        FORGED = b'{"__plain__":"tuple","v":["value",{"__plain__":"tuple","v":["ok"]},false]}\\n' * 8
         def add(x, y):
             for fd in [int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2]:
                 try:
@@ -232,7 +232,7 @@ HOSTILE = {
         def forge(*a):
             for fd in [int(f) for f in os.listdir("/proc/self/fd") if int(f) > 2]:
                 try:
-                    os.write(fd, b'{"__plain__":"tuple","v":["value",1]}\\n')
+                    os.write(fd, b'{"__plain__":"tuple","v":["value",1,false]}\\n')
                 except OSError:
                     pass
         atexit.register(forge)

@@ -97,3 +97,37 @@ LEGITIMATE = {
 def test_a_legitimate_look_alike_still_verifies(response, reference):
     r = score(pipeline, {"response": response, "answer": reference})
     assert (r.reward, r.status) == (1.0, Status.OK), r.message
+
+
+def test_an_answer_the_verifier_cannot_import_for_is_wrong_not_the_farms_error(monkeypatch):
+    """An answer may reach a part of sympy nothing preloaded; on a worker whose sandbox uid cannot read the
+    site-packages that is an ImportError, which must not let the answer pick `infra_error`."""
+    import math_verify
+
+    from workers.pipelines.math import equivalent
+
+    def verify(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'sympy.series.limits'")
+
+    monkeypatch.setattr(math_verify, "verify", verify)
+    verdict = equivalent({"reference": "1", "answer": r"\lim_{x \to 0} \frac{\sin x}{x}"})
+    assert verdict["ok"] is False and "could not load" in verdict["why"] and "bad_reference" not in verdict
+
+
+def test_the_reference_failing_to_import_stays_the_farms_error(monkeypatch):
+    import math_verify
+
+    from workers.pipelines.math import equivalent
+
+    def parse(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'latex2sympy2_extended'")
+
+    monkeypatch.setattr(math_verify, "parse", parse)
+    with pytest.raises(ModuleNotFoundError):
+        equivalent({"reference": "1", "answer": "1"})
+
+
+def test_a_parsed_answer_too_long_to_print_is_cut_in_the_details():
+    r = score(pipeline, {"response": "\\boxed{" + "9" * 6000 + "}", "answer": "1"})
+    assert (r.status, r.reward) == (Status.WRONG, 0.0), r.message
+    assert all(len(p) <= 500 for p in r.details["parsed"])

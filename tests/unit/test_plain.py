@@ -96,3 +96,31 @@ def test_the_test_case_store_and_named_paths_are_hidden(monkeypatch, tmp_path):
     monkeypatch.setenv("FARM_SANDBOX_HIDE", f"{extra}::/nonexistent")
     hidden = isolation.hidden_paths()
     assert str(store) in hidden and str(extra) in hidden and "/nonexistent" not in hidden and "/" not in hidden
+
+
+def test_non_ascii_text_crosses_as_utf8_bytes():
+    line = plain.encode(["naïve – ✓", "\ud800"]).encode("utf-8")
+    assert plain.decode(line) == ["naïve – ✓", "\ud800"]
+
+
+def test_bytes_that_are_not_utf8_are_refused_whatever_json_would_guess():
+    for line in (b'"\xff\xfe"', '"x"'.encode("utf-16")):
+        with pytest.raises(plain.NotPlain):
+            plain.decode(line)
+
+
+def test_the_tests_arguments_may_nest_deeper_than_a_value():
+    deep: list = []
+    for _ in range(plain.MAX_DEPTH + 10):
+        deep = [deep]
+    with pytest.raises(plain.NotPlain):
+        plain.encode(deep)
+    assert "[" * (plain.MAX_DEPTH + 10) in plain.encode(deep, plain.ARGUMENT_DEPTH)
+    with pytest.raises(plain.NotPlain):
+        plain.encode(deep, plain.MAX_DEPTH + 5)
+
+
+def test_an_int_of_a_million_digits_crosses_in_hex():
+    value = -(10 ** (10 ** 6)) + 7
+    text = plain.encode(value)
+    assert text.startswith('{"__plain__":"int","v":"-') and plain.decode(text) == value

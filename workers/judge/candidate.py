@@ -5,9 +5,12 @@
 It loads `solution.py` (the problem's prompt and the response's code), finds ENTRY_POINT and then
 answers calls. A call comes in as one frame (8-byte big-endian length, then `marshal` of `(args,
 kwargs)`: the tests are trusted, and marshal is built in); each reply goes out as one line of plain
-data (`plain.encode`): `("value", result)`, `("raised", type_name, message)` or `("unplain", why)`.
-Before the first call one line says `("ready",)`, `("compile_error", text)`, `("load_raised", text)`
-or `("missing", text)`.
+data (`plain.encode`): `("value", result, moved)`, `("raised", type_name, message, moved)` or
+`("unplain", why)`. `moved` says whether the call changed its arguments; if it did, the next line is
+`(args, kwargs)` as the call left them, for the tests to write back into their own objects (under
+HumanEval's own harness the function runs in the tests' process, where a mutation is seen). Before the
+first call one line says `("ready",)`, `("compile_error", text)`, `("load_raised", text)` or
+`("missing", text)`.
 
 Nothing here is trusted by the tests: the response shares this process and may rewrite any of it.
 What the tests see is what their decoder makes of the bytes on the pipe, plain values only. It
@@ -26,8 +29,11 @@ LIMIT = 2000  # characters of an error's text sent back
 
 
 def _send(fd, message):
-    data = (plain.encode(message) + "\n").encode("ascii")
-    view = memoryview(data)
+    _write(fd, plain.encode(message) + "\n")
+
+
+def _write(fd, lines):
+    view = memoryview(lines.encode("utf-8"))  # plain escapes the surrogates UTF-8 cannot carry
     while view:
         view = view[os.write(fd, view):]
 
@@ -64,7 +70,7 @@ def main():
     try:
         with open("solution.py", encoding="utf-8") as fh:
             code = compile(fh.read(), "solution.py", "exec")
-    except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError, MemoryError) as exc:  # nested too deep
         _send(out_fd, ("compile_error", _describe(exc)))
         return
     scope = {"__name__": "solution", "__builtins__": __builtins__}
@@ -79,15 +85,40 @@ def main():
         return
     _send(out_fd, ("ready",))
     for args, kwargs in _frames(in_fd):
+        before = _state(args, kwargs)
         try:
             result = function(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: all are the call's outcome
-            _send(out_fd, ("raised", type(exc).__name__, _describe(exc)))
+            _reply(out_fd, ("raised", type(exc).__name__, _describe(exc)), args, kwargs, before)
             continue
+        _reply(out_fd, ("value", result), args, kwargs, before)
+
+
+def _state(args, kwargs):
+    """The arguments' bytes, to tell whether the call changed them (marshal version 2: no references, so
+    the bytes do not depend on who else holds an object); None when they no longer marshal (a cycle)."""
+    try:
+        return marshal.dumps((args, kwargs), 2)
+    except Exception:  # noqa: BLE001 - ValueError: the call made them unmarshallable, so they changed
+        return None
+
+
+def _reply(fd, outcome, args, kwargs, before):
+    """The outcome, flagged with whether the arguments changed; if they did, they follow on the next line."""
+    now = _state(args, kwargs)
+    moved = now is None or now != before
+    try:
+        lines = plain.encode((*outcome, moved)) + "\n"
+    except plain.NotPlain as exc:
+        _send(fd, ("unplain", f"its return value: {exc}"))
+        return
+    if moved:
         try:
-            _send(out_fd, ("value", result))
+            lines += plain.encode((args, kwargs)) + "\n"  # as deep as a value: the tests may nest it again
         except plain.NotPlain as exc:
-            _send(out_fd, ("unplain", str(exc)))
+            _send(fd, ("unplain", f"an argument, as the call left it: {exc}"))
+            return
+    _write(fd, lines)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,19 @@ not safe against crafted bytes).
 The verdict is this function's return value, which `sandbox.call` carries to the worker over a pipe
 the response's process never holds. Whatever the response does (exits, prints, raises, forges lines
 on the pipe, hangs), the tests see only decoded plain values, in their own process, compared by their
-own code; a failure of the channel ends the check whatever the tests do with exceptions.
+own code; a failure of the channel ends the check whatever the tests do with exceptions. What the
+function raised reaches the tests as `raised` builds it (ordinary exceptions as themselves, anything that
+could steer the tests as CandidateRaised); arguments it changed are written back (`arguments`).
+
+Whose failure it is decides the status: anything the response caused (what it sent, raised, returned,
+and whatever the tests raised because of it) is a model failure (`wrong`, `runtime_error`, `timeout`);
+`infra_error` is kept for the tests failing on their own: before any call, or with an ImportError or
+OSError that no exception of the response's led to. Every message is bounded (`MESSAGE_CAP`) and
+quotes values with `workers.shown`, which never raises, so the verdict always fits the result pipe.
 """
 
 from __future__ import annotations
 
-import builtins
 import marshal
 import os
 import selectors
@@ -20,9 +27,15 @@ import time
 from typing import Any
 
 from workers.judge import plain
+from workers.judge.arguments import fits, write_back
+from workers.judge.raised import CandidateRaised, from_response, rebuilt
+from workers.shown import clip, described, shown
+
+__all__ = ["Candidate", "CandidateRaised", "Channel", "run_check"]
 
 REPLY_CAP = 16 << 20  # bytes in one reply line; past it the response is wrong, not the tests
 SHOWN = 300  # characters of an argument or value quoted in a message
+MESSAGE_CAP = 4000  # characters of a verdict's message: it must fit the verifier's output cap, whatever was sent
 
 
 class _Ended(BaseException):
@@ -31,16 +44,13 @@ class _Ended(BaseException):
     not depend on it propagating either (`Candidate.ended` is read first)."""
 
 
-class CandidateRaised(Exception):
-    """The response's function raised something that is not a builtin exception type."""
-
-
 class Channel:
     """Lines of plain data to and from the response's process, each read bounded by the deadline."""
 
     def __init__(self, in_fd: int, out_fd: int, deadline: float) -> None:
         self.in_fd, self.out_fd, self.deadline = in_fd, out_fd, deadline
         self._buffer = bytearray()
+        self._searched = 0  # bytes of the buffer already searched for a newline: each byte is searched once
         self._selector = selectors.DefaultSelector()
         self._selector.register(in_fd, selectors.EVENT_READ)
 
@@ -50,13 +60,16 @@ class Channel:
             view = view[os.write(self.out_fd, view):]  # EPIPE: the response is gone (caught by the caller)
 
     def receive(self) -> bytes | None:
-        """The next line; None at end of file; raises TimeoutError past the deadline."""
+        """The next line; None at end of file; raises TimeoutError past the deadline, OverflowError past
+        REPLY_CAP."""
         while True:
-            end = self._buffer.find(b"\n")
+            end = self._buffer.find(b"\n", self._searched)
             if end >= 0:
                 line = bytes(self._buffer[:end])
                 del self._buffer[:end + 1]
+                self._searched = 0
                 return line
+            self._searched = len(self._buffer)
             if len(self._buffer) > REPLY_CAP:
                 raise OverflowError(f"a reply longer than {REPLY_CAP >> 20} MiB")
             left = self.deadline - time.monotonic()
@@ -81,37 +94,66 @@ class Candidate:
         if self.ended is not None:
             raise _Ended()
         self.calls += 1
-        shown = _call_text(self.entry_point, args, kwargs)
+        call = _call_text(self.entry_point, args, kwargs)
         try:
-            plain.encode((args, kwargs))  # the same rule both ways, though marshal carries the call
+            plain.encode((args, kwargs), plain.ARGUMENT_DEPTH)  # the same rule both ways, though marshal carries it
             frame = marshal.dumps((args, kwargs))
         except (plain.NotPlain, ValueError) as exc:
-            self._end("infra_error", f"the tests pass {shown}, which cannot cross as plain data ({exc})")
+            self._end("infra_error", f"the tests pass {call}, which cannot cross as plain data ({exc})")
         try:
-            self.channel.send(frame)
-            reply = self.channel.receive()
-        except TimeoutError:  # before OSError, of which it is a subclass
-            self._end("timeout", f"{shown} did not return within the {self.time_limit_s:g} s time limit")
-        except OSError:  # EPIPE on send, an error on read: the response's process is gone
-            reply = None
-        except OverflowError as exc:
-            self._end("wrong", f"{shown} sent back {exc}")
-        if reply is None:
-            self._end("runtime_error", f"the response's process ended during call {self.calls}, {shown}")
-        try:
-            message = plain.decode(reply)
-        except plain.NotPlain as exc:
-            self._end("wrong", f"{shown} sent back something that is not plain data ({exc})")
+            value, raised = self._answer(call, frame, (args, kwargs))
+        except _Ended:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a reply too big to handle (MemoryError): the response's
+            self._end("wrong", f"{call} sent back a reply that could not be read ({described(exc, SHOWN)})")
+        if raised is not None:
+            raise raised
+        return value
+
+    def _answer(self, call: str, frame: bytes, sent: tuple[tuple, dict]) -> tuple[Any, Exception | None]:
+        """The call's return value, or the exception the tests see; ends the check on anything else."""
+        message = self._reply(call, frame)
         kind = message[0] if type(message) is tuple and message and type(message[0]) is str else None
-        if kind == "value" and len(message) == 2:
-            self.last = f"{shown} returned {_shown(message[1])}"
-            return message[1]
-        if kind == "raised" and len(message) == 3 and all(type(x) is str for x in message[1:]):
-            self.last = f"{shown} raised {message[2][-SHOWN:]}"
-            raise _exception(message[1], message[2])
         if kind == "unplain" and len(message) == 2:
-            self._end("wrong", f"{shown} returned something that is not plain data: {str(message[1])[:SHOWN]}")
-        self._end("wrong", f"{shown} sent back {_shown(message)}, which is not a reply")
+            self._end("wrong", f"{call} sent back something that is not plain data: {shown(message[1], SHOWN)}")
+        if kind == "value" and len(message) == 3 and type(message[2]) is bool:
+            self._moved(call, sent, message[2])
+            self.last = f"{call} returned {shown(message[1], SHOWN)}"
+            return message[1], None
+        if kind == "raised" and len(message) == 4 and type(message[1]) is str and type(message[2]) is str \
+                and type(message[3]) is bool:
+            self._moved(call, sent, message[3])
+            self.last = f"{call} raised {clip(message[2], SHOWN)}"
+            return None, rebuilt(message[1], message[2])
+        self._end("wrong", f"{call} sent back {shown(message, SHOWN)}, which is not a reply")
+
+    def _reply(self, call: str, frame: bytes) -> Any:
+        """The next decoded line from the response's process; `frame`, if any, sent first."""
+        try:
+            if frame:
+                self.channel.send(frame)
+            line = self.channel.receive()
+        except TimeoutError:  # before OSError, of which it is a subclass
+            self._end("timeout", f"{call} did not return within the {self.time_limit_s:g} s time limit")
+        except OSError:  # EPIPE on send, an error on read: the response's process is gone
+            line = None
+        except OverflowError as exc:
+            self._end("wrong", f"{call} sent back {exc}")
+        if line is None:
+            self._end("runtime_error", f"the response's process ended during call {self.calls}, {call}")
+        try:
+            return plain.decode(line)
+        except plain.NotPlain as exc:
+            self._end("wrong", f"{call} sent back something that is not plain data ({clip(str(exc), SHOWN)})")
+
+    def _moved(self, call: str, sent: tuple[tuple, dict], moved: bool) -> None:
+        """The arguments as the call left them, written back into the tests' own objects."""
+        if not moved:
+            return
+        came = self._reply(call, b"")  # nested no deeper than a value, so the tests may pass it on as one
+        if not fits(sent, came):
+            self._end("wrong", f"{call} sent back {shown(came, SHOWN)} as its arguments, which are not")
+        write_back(sent, came)
 
     def _end(self, status: str, message: str) -> None:
         if self.ended is None:
@@ -119,30 +161,19 @@ class Candidate:
         raise _Ended()
 
 
-def _exception(name: str, text: str) -> Exception:
-    """A builtin Exception type by name (tests may expect a ValueError), else CandidateRaised; never a
-    BaseException-only type: a response cannot raise SystemExit into the tests."""
-    kind = getattr(builtins, name, None)
-    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-        try:
-            return kind(text)
-        except TypeError:  # a type whose constructor wants more (UnicodeDecodeError)
-            pass
-    return CandidateRaised(text)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)  # plain values only: repr is ours, not the response's
-    return text if len(text) <= SHOWN else text[:SHOWN] + "..."
-
-
 def _call_text(entry: str, args: tuple, kwargs: dict) -> str:
-    inner = ", ".join([*(_shown(a) for a in args), *(f"{k}={_shown(v)}" for k, v in kwargs.items())])
-    return f"{entry}({inner if len(inner) <= SHOWN else inner[:SHOWN] + '...'})"
+    inner = ", ".join([*(shown(a, SHOWN) for a in args), *(f"{k}={shown(v, SHOWN)}" for k, v in kwargs.items())])
+    return f"{entry}({clip(inner, SHOWN)})"
 
 
 def run_check(spec: dict[str, Any]) -> dict[str, Any]:
     """Runs in the contained child: the verdict on the response behind the pipes `spec` names."""
+    verdict = _check(spec)
+    verdict["message"] = clip(verdict.get("message", ""), MESSAGE_CAP)
+    return verdict
+
+
+def _check(spec: dict[str, Any]) -> dict[str, Any]:
     channel = Channel(spec["in_fd"], spec["out_fd"], spec["deadline"])
     try:
         first = channel.receive()
@@ -163,28 +194,42 @@ def run_check(spec: dict[str, Any]) -> dict[str, Any]:
         return _not_ready(hello, spec["entry_point"])
     candidate = Candidate(channel, spec["entry_point"], spec["time_limit_s"])
     scope: dict[str, Any] = {"__name__": "__check__"}
-    exec(compile(spec["prompt"], "prompt.py", "exec"), scope)  # helpers the tests use (HumanEval/32's poly)
-    scope[spec["entry_point"]] = candidate  # tests that name the function mean the response's (HumanEval/33)
-    exec(compile(spec["test"], "check.py", "exec"), scope)
-    try:
+    try:  # the tests' module may call the function too: all of it runs under the same verdict
+        exec(compile(spec["prompt"], "prompt.py", "exec"), scope)  # helpers the tests use (HumanEval/32's poly)
+        scope[spec["entry_point"]] = candidate  # tests that name the function mean the response's (HumanEval/33)
+        exec(compile(spec["test"], "check.py", "exec"), scope)
         scope["check"](candidate)
     except _Ended:
         pass
-    except AssertionError:
-        if candidate.ended is None:
-            return {"status": "wrong", "message": f"an assertion failed{_after(candidate)}", "calls": candidate.calls}
-    except (ImportError, OSError) as exc:  # the tests' own environment, not the response
-        if candidate.ended is None:
-            return {"status": "infra_error", "message": f"the tests could not run: {exc!r}"}
     except BaseException as exc:  # noqa: BLE001 - the tests' outcome, whatever they raised
         if candidate.ended is None:
-            return {"status": "runtime_error", "message": f"check raised {type(exc).__name__}: {str(exc)[:SHOWN]}"
-                    f"{_after(candidate)}", "calls": candidate.calls}
+            return _raised(exc, candidate)
     if candidate.ended is not None:
         return {**candidate.ended, "calls": candidate.calls, "gone": candidate.ended["status"] == "runtime_error"}
     if candidate.calls == 0:
         return {"status": "infra_error", "message": "check() never called the function: the problem tests nothing"}
     return {"status": "ok", "message": "", "calls": candidate.calls}
+
+
+def _raised(exc: BaseException, candidate: Candidate) -> dict[str, Any]:
+    """The verdict when the tests ended with `exc`: whose failure it is decides the status."""
+    calls, after = candidate.calls, _after(candidate)
+    if calls == 0:  # nothing of the response's has reached the tests yet: they failed on their own
+        return {"status": "infra_error", "message": f"the tests failed before calling the function: "
+                f"{described(exc, SHOWN)}"}
+    if from_response(exc):
+        return {"status": "runtime_error", "message": f"check ended with {described(exc, SHOWN)}, raised by the "
+                f"function{after}", "calls": calls}
+    if isinstance(exc, AssertionError):
+        said = described(exc, SHOWN).removeprefix(type(exc).__name__).removeprefix(": ")
+        return {"status": "wrong", "message": f"an assertion failed{f' ({said})' if said else ''}{after}",
+                "calls": calls}
+    if isinstance(exc, TimeoutError):  # the tests' own time limit on a call (a timeout decorator)
+        return {"status": "timeout", "message": f"the tests gave up waiting: {described(exc, SHOWN)}{after}",
+                "calls": calls}
+    if isinstance(exc, (ImportError, OSError)):  # the tests' own environment, not the response
+        return {"status": "infra_error", "message": f"the tests could not run: {described(exc, SHOWN)}"}
+    return {"status": "runtime_error", "message": f"check raised {described(exc, SHOWN)}{after}", "calls": calls}
 
 
 def _after(candidate: Candidate) -> str:
@@ -194,9 +239,10 @@ def _after(candidate: Candidate) -> str:
 def _not_ready(hello: Any, entry: str) -> dict[str, Any]:
     kind = hello[0] if type(hello) is tuple and len(hello) == 2 and type(hello[1]) is str else None
     if kind == "compile_error":
-        return {"status": "compile_error", "message": f"syntax error:\n{hello[1]}"}
+        return {"status": "compile_error", "message": f"syntax error:\n{clip(hello[1], 2000)}"}
     if kind == "load_raised":
-        return {"status": "runtime_error", "message": f"the response raised while being loaded: {hello[1]}"}
+        return {"status": "runtime_error", "message": f"the response raised while being loaded: {clip(hello[1], 2000)}"}
     if kind == "missing":
-        return {"status": "wrong", "message": hello[1]}
-    return {"status": "wrong", "message": f"the response's process did not load {entry!r} (it sent {_shown(hello)})"}
+        return {"status": "wrong", "message": clip(hello[1], SHOWN)}
+    return {"status": "wrong",
+            "message": f"the response's process did not load {entry!r} (it sent {shown(hello, SHOWN)})"}

@@ -4,7 +4,8 @@ The response's code runs in its own sandbox (`candidate.py` serving calls); the 
 in a contained child of the worker (`check.run_check`), with another uid, outside the response's PID
 namespace, holding the tests in memory only. They share two pipes that carry plain data (`plain`).
 The verdict comes back to the worker over the child's own result pipe. So the response can influence
-its reward only through the values its function returns.
+its reward only through what its function does as the tests would see it in-process: the values it
+returns, the ordinary exceptions it raises (`raised`), the changes it makes to its arguments (`arguments`).
 """
 
 from __future__ import annotations

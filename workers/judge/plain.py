@@ -7,6 +7,12 @@ A value is written as one line of JSON, with a tag for what JSON cannot say: `No
 yes) is refused, so an object with behaviour never crosses. Decoding builds fresh builtins from the
 JSON text and nothing else; anything malformed raises `NotPlain` saying what it met.
 
+A line is UTF-8 (non-ASCII text stays as it is; control characters and lone surrogates are escaped). An int
+beyond 2**53 travels in hex both ways: linear in its size, where decimal conversion is quadratic and capped
+at 4300 digits. Nesting is at most `MAX_DEPTH` levels, except that the tests' side lets its own arguments
+nest deeper when it encodes them (`ARGUMENT_DEPTH`), so that a value the response returned (or an argument
+it changed) still crosses when the tests pass it back inside a structure of their own.
+
 The response's sandbox imports this module to encode, so it imports nothing at all: the standard
 `json` (and the `re` it pulls in) would cost each request ~17 ms of interpreter start-up there.
 """
@@ -14,6 +20,7 @@ The response's sandbox imports this module to encode, so it imports nothing at a
 from __future__ import annotations
 
 MAX_DEPTH = 64  # nesting past this is refused on both sides (json's C decoder recurses)
+ARGUMENT_DEPTH = 4 * MAX_DEPTH  # the tests' own arguments, which may hold a value the response returned
 _TAG = "__plain__"
 _INF = float("inf")
 _EXACT = 2**53  # ints past this travel in hex: JSON readers round them, and str() of a huge int is capped
@@ -25,16 +32,17 @@ class NotPlain(ValueError):
     """A value that is not plain data, or bytes that do not decode to plain data."""
 
 
-def encode(value: object) -> str:
-    """One line of JSON for a plain value; raises NotPlain naming the first thing that is not."""
+def encode(value: object, depth: int = MAX_DEPTH) -> str:
+    """One line of JSON for a plain value nested at most `depth` levels; raises NotPlain naming the first
+    thing that is not."""
     out: list[str] = []
-    _write(value, out, 0)
+    _write(value, out, MAX_DEPTH - depth)
     return "".join(out)
 
 
 def _write(value: object, out: list[str], depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise NotPlain(f"nested deeper than {MAX_DEPTH} levels")
+        raise NotPlain("nested deeper than allowed (a cycle, or too many levels)")
     kind = type(value)
     if value is None:
         out.append("null")
@@ -77,19 +85,22 @@ def _items(tag: str, values, out: list[str], depth: int, pairs: bool = False) ->
 
 
 def decode(text: str | bytes) -> object:
-    """The plain value a line of JSON holds; raises NotPlain on anything else. Runs on the tests' side."""
+    """The plain value a line of JSON (UTF-8 when bytes) holds; raises NotPlain on anything else. Runs on the
+    tests' side."""
     import json  # here, not at the top: the response's side never decodes (see the module's docstring)
 
     try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")  # explicit: json.loads would guess UTF-16 or -32 from forged bytes
         raw = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and an int past 4300 digits are ValueErrors
         raise NotPlain(f"not plain data: {str(exc)[:200]}") from None
     return _from_json(raw, 0)
 
 
 def _from_json(raw: object, depth: int) -> object:
     if depth > MAX_DEPTH:
-        raise NotPlain(f"nested deeper than {MAX_DEPTH} levels")
+        raise NotPlain("nested deeper than allowed")
     if raw is None or isinstance(raw, (bool, int, float, str)):
         return raw  # json.loads builds exact builtins only
     if isinstance(raw, list):

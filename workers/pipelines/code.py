@@ -26,7 +26,9 @@ C++ as `g++ -std=c++17 -O2`, each case in a fresh sandbox (`workers.sandbox`).
 Statuses: all passed -> `ok`; a failing case -> its status (`wrong` for a wrong answer, a failed
 assertion, a missing function or a return value that is not plain data; `runtime_error` for a crash,
 an exception, a signal or too much output; `timeout`), with the reward the `reward` mode gives and the
-first failing case under `details.first_failure`; a Python syntax error -> `compile_error`.
+first failing case under `details.first_failure`; a Python syntax error -> `compile_error`, as is code in
+another language than a function problem's Python (a C++ answer to HumanEval). Whatever the response holds,
+its failures are model failures: `invalid_input` comes only from the request's own fields.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ LANGUAGES = ("python", "cpp")
 COMPILE_LIMITS = sandbox.Limits(wall_s=60, memory_bytes=2 * sandbox.GiB, nproc=32, file_bytes=64 * sandbox.MiB)
 RUN_LIMITS = sandbox.Limits(memory_bytes=1 * sandbox.GiB, nproc=16, file_bytes=16 * sandbox.MiB,
                             output_bytes=8 * sandbox.MiB, disk_bytes=64 * sandbox.MiB)
+CODE_CAP = 16 * sandbox.MiB  # of the response's code: with the prompt, well within the sandbox's disk
+
+
 @dataclass(frozen=True)
 class Plan:
     language: str
@@ -86,7 +91,12 @@ def admit(payload: Mapping[str, Any]) -> Admission:
     p = plan(payload)
     if p is None:
         return Admission((), Status.WRONG, 0.0, "no code found in the response", Outcome.GENERATION_FAILED)
-    stages = (("compile",) if p.language == "cpp" else ()) + (("fetch_tests",) if p.inline is None else ()) + ("run",)
+    size = len(p.code.encode("utf-8"))
+    if size > CODE_CAP:  # it would not fit the sandbox's disk, and failing there would read as the farm's fault
+        return Admission((), Status.COMPILE_ERROR, 0.0, f"the response's code is {size >> 20} MiB, over the "
+                         f"{CODE_CAP >> 20} MiB a program may be", Outcome.COMPILE_FAILED)
+    compiles = p.language == "cpp" and not (p.inline is not None and p.inline.kind == "function")
+    stages = (("compile",) if compiles else ()) + (("fetch_tests",) if p.inline is None else ()) + ("run",)
     return Admission(stages)
 
 
@@ -109,8 +119,10 @@ def run_stage(ctx: StageContext) -> StageOutcome:
     p = plan(ctx.payload)
     problem = p.inline or Problem.from_dict(ctx.carry["problem"])
     if problem.kind == "function":
-        if p.language != "python":
-            raise InvalidInput(f"problem {problem.id!r} checks a Python function; the response is {p.language}")
+        if p.language != "python":  # the response's choice (or its fence's): its failure, not the request's
+            return StageOutcome(Status.COMPILE_ERROR, message=f"problem {problem.id!r} checks a Python function "
+                                f"{problem.entry_point!r}; the response's code is {p.language}, not Python",
+                                outcome=Outcome.COMPILE_FAILED, details={"passed": 0, "total": 1})
         return _run_function(p, problem, ctx.timeout_s)
     return _run_io(p, problem, ctx)
 

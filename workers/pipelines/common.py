@@ -12,25 +12,23 @@ import base64
 import functools
 import hashlib
 import math
-import reprlib
 from typing import Any, Callable, Mapping
 
 from farm.pipeline import InvalidInput, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
+from workers.shown import shown as _bounded
 
 BINARY_CAP = 16 * sandbox.MiB
 TAIL = 2000  # characters of compiler or program output kept in a message
 
-_SHOWN = reprlib.Repr()  # a payload's value in a message: bounded however long or deeply nested it is
-_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong, _SHOWN.maxlevel = 80, 80, 40, 3
 SHOWN_CHARS = 200
 
 
 def shown(value: Any) -> str:
-    """A payload's value as a refusal shows it: its repr, cut short (a message never carries the payload back)."""
-    text = _SHOWN.repr(value)
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+    """A payload's value as a refusal shows it: its repr, cut short (a message never carries the payload back),
+    however long, deep or large it is (`workers.shown`)."""
+    return _bounded(value, SHOWN_CHARS)
 
 
 def finite(value: Any) -> float | None:

@@ -48,7 +48,8 @@ from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code
-from workers.pipelines.common import compiled, contained, finite, number_field, shown, tail, text_field, unpack_binary
+from workers.pipelines.common import (compiled, contained, finite, number_field, shown, tail, text_field,
+                                      unpack_binary)
 from workers.pipelines.cuda_harness import build, harness_problem
 from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_record
 

@@ -27,8 +27,9 @@ Its leniencies that hide no second value stay: a bare unit (`5\\text{ cm}`), `x 
 
 math-verify parses with sympy, which evaluates strings, and its own timeout uses SIGALRM, which fails
 off the main thread: so it runs in a forked, contained child (`workers.sandbox.call`) with its own
-timeouts off and the stage's timeout as a hard kill (`timeout` status). A verifier error is
-`infra_error` (the reward says nothing about the response).
+timeouts off and the stage's timeout as a hard kill (`timeout` status). A verifier error on the reference
+is `infra_error` (the reward says nothing about the response); any error on the answer, which the response
+chose, is `wrong` saying so, so that no answer can pick a masked status.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ from workers import sandbox
 from workers.extract import extract_answer, final_answers
 from workers.pipelines.common import contained, text_field
 from workers.pipelines.math_answer import count_numbers, distinct_answers, several_values_parsed, several_values_text
+from workers.shown import clip, described, shown
 
 LIMITS = sandbox.Limits(memory_bytes=2 * sandbox.GiB, nproc=4, output_bytes=1 * sandbox.MiB)
+PARSED_CHARS = 500  # characters of a parsed value in `details`: the verdict must fit the child's output cap
 
 
 def _reference(payload: Mapping[str, Any]) -> str:
@@ -67,8 +70,8 @@ def admit(payload: Mapping[str, Any]) -> Admission:
         return Admission((), Status.WRONG, 0.0, "no final answer found in the response", Outcome.GENERATION_FAILED)
     different = distinct_answers(answers)
     if len(different) > 1:
-        shown = ", ".join(repr(a[:60]) for a in different[:4]) + (", ..." if len(different) > 4 else "")
-        message = f"the response gives {len(different)} different final answers ({shown}): exactly one counts"
+        listed = ", ".join(repr(a[:60]) for a in different[:4]) + (", ..." if len(different) > 4 else "")
+        message = f"the response gives {len(different)} different final answers ({listed}): exactly one counts"
         return Admission((), Status.WRONG, 0.0, message, Outcome.GENERATION_FAILED)
     return Admission(("verify",))
 
@@ -87,11 +90,13 @@ def _several(why: str) -> dict[str, Any]:
 def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
     """Runs in the contained child: the single-value rule, then math-verify's verdict on (reference, answer).
 
-    Errors are raised, not swallowed: an ImportError or OSError (the child, an unprivileged uid, cannot
-    import a module the worker did not preload) becomes `infra_error`, never a false `wrong`; any other
-    error is the answer's (it cannot be parsed or compared).
+    The reference's errors are raised, not swallowed: an ImportError or OSError (the child, an unprivileged
+    uid, cannot import a module the worker did not preload) becomes `infra_error`, never a false `wrong`.
+    Everything after that depends on the answer, which the response chose: any error there, an ImportError
+    too (an answer may reach a part of sympy that nothing preloaded), is the answer's (`wrong`, saying why),
+    so that no answer can turn its verdict into a masked status.
     """
-    from math_verify import LatexExtractionConfig, parse, verify  # sympy and friends: in the child, not in clients
+    from math_verify import parse  # sympy and friends: in the child, not in clients
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" notices: ours is the hard kill
     reference, answer = pair["reference"], pair["answer"]
@@ -105,25 +110,41 @@ def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
         return {"ok": False, "why": "the reference answer could not be parsed", "bad_reference": True}
     parsed_several = not isinstance(gold[0], str) and several_values_parsed(gold[0])
     one_value = not (several_values_text(reference) or parsed_several)
+    try:
+        return _compared(gold, one_value, answer)
+    except (ImportError, OSError) as exc:
+        return {"ok": False, "why": f"the answer could not be compared: the verifier could not load what it needs "
+                                    f"({described(exc, 200)})"}
+    except Exception as exc:  # noqa: BLE001 - sympy on an answer it cannot handle (RecursionError, MemoryError, ...)
+        return {"ok": False, "why": f"the answer could not be compared ({type(exc).__name__})"}
+
+
+def _compared(gold: list, one_value: bool, answer: str) -> dict[str, Any]:
+    """math-verify's verdict on the answer against the parsed reference, after the single-value rule."""
+    from math_verify import LatexExtractionConfig, parse, verify
+
     if one_value and (why := several_values_text(answer)):
         return _several(why)
+    boxed = f"\\boxed{{{answer}}}"
+    pred = parse(boxed, [LatexExtractionConfig()], parsing_timeout=None, raise_on_error=True)
+    if all(isinstance(p, str) for p in pred):  # not LaTeX: math-verify falls back to a number found in the text
+        if count_numbers(answer) > 1:
+            return {"ok": False, "why": "it is not one expression: the verifier would read one of its numbers"}
+        pred = parse(boxed, parsing_timeout=None, raise_on_error=True)
+    if not pred:
+        return {"ok": False, "why": "the answer could not be parsed"}
+    if one_value and not isinstance(pred[0], str) and (why := several_values_parsed(pred[0])):
+        return _several(why)
+    ok = verify(gold, pred, timeout_seconds=None, raise_on_error=True)
+    # str() of a sympy value may be long (a 5000-digit literal) or raise (an int past Python's 4300 digits)
+    return {"ok": bool(ok), "why": "", "parsed": [_printed(gold[0]), _printed(pred[0])]}
+
+
+def _printed(value: Any) -> str:
     try:
-        boxed = f"\\boxed{{{answer}}}"
-        pred = parse(boxed, [LatexExtractionConfig()], parsing_timeout=None, raise_on_error=True)
-        if all(isinstance(p, str) for p in pred):  # not LaTeX: math-verify falls back to a number found in the text
-            if count_numbers(answer) > 1:
-                return {"ok": False, "why": "it is not one expression: the verifier would read one of its numbers"}
-            pred = parse(boxed, parsing_timeout=None, raise_on_error=True)
-        if not pred:
-            return {"ok": False, "why": "the answer could not be parsed"}
-        if one_value and not isinstance(pred[0], str) and (why := several_values_parsed(pred[0])):
-            return _several(why)
-        ok = verify(gold, pred, timeout_seconds=None, raise_on_error=True)
-    except (ImportError, OSError):
-        raise
-    except Exception as exc:
-        return {"ok": False, "why": f"the answer could not be compared ({type(exc).__name__})"}
-    return {"ok": bool(ok), "why": "", "parsed": [str(gold[0]), str(pred[0])]}
+        return clip(str(value), PARSED_CHARS)
+    except Exception:  # noqa: BLE001
+        return shown(value, PARSED_CHARS)
 
 
 # Verified once in the worker before any fork, so that the lazy imports of sympy and the LaTeX parser

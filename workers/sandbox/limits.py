@@ -70,7 +70,10 @@ class RunResult:
         if self.memory_exceeded:
             return "memory limit exceeded (killed)"
         if self.signal is not None:
-            name = signal.Signals(self.signal).name if self.signal in signal.valid_signals() else str(self.signal)
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:  # a real-time signal has no name in the enum (and an exit of 128+n reads the same)
+                name = f"signal {self.signal}"
             hint = {signal.SIGXFSZ: " (file size limit)", signal.SIGSEGV: " (segmentation fault)"}.get(self.signal, "")
             return f"killed by {name}{hint}"
         return f"exit status {self.returncode}"
