@@ -102,6 +102,14 @@ def test_the_process_limit_stops_a_fork_bomb():
     assert r.ok and int(r.stdout) < 8
 
 
+def test_runs_given_the_same_uid_one_after_another_all_start(monkeypatch):
+    # one uid for every run: what an earlier run left in the kernel's count of that uid's processes (killed, not yet
+    # reaped, its namespaces not yet freed) must not count against the next; a cgroup caps each run instead
+    monkeypatch.setenv("FARM_SANDBOX_UIDS", f"{uids.uid_range().stop - 2}")
+    started = [_py("print('started')", limits=sandbox.Limits(wall_s=5, nproc=16)).stdout for _ in range(30)]
+    assert started == [b"started\n"] * 30
+
+
 def test_memory_is_capped_for_the_run_as_a_whole_not_per_process():
     # three children under the per-process cap each, together past the run's: the kernel kills one
     code = ("import os, time\nfor _ in range(3):\n if os.fork() == 0:\n  b = bytearray(120 << 20)\n"

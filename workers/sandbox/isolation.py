@@ -74,8 +74,11 @@ class Launch:
         limits = self.limits
         cpu = limits.cpu_seconds()
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
-        processes = limits.nproc + _LAUNCHER_PROCESSES
-        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))  # the cgroup's pids.max is the run's cap
+        if self.group is None:  # uncontained; a contained run's cap is its cgroup's pids.max
+            processes = limits.nproc + _LAUNCHER_PROCESSES
+            resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        # not RLIMIT_NPROC where a cgroup caps the run: it counts per uid, and a previous run's processes, killed but
+        # not yet reaped by the host's init, would count against a later run given the same uid
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -19,6 +19,9 @@ from workers.sandbox.limits import SandboxUnavailable
 from workers.sandbox.workdir import _MNT_DETACH, sandbox_root
 
 
+_CHOICE = random.SystemRandom()
+
+
 def uid_range() -> range:
     raw = os.environ.get("FARM_SANDBOX_UIDS", "61000-61999")
     try:
@@ -60,7 +63,7 @@ def lease_uid(m: str) -> _Lease:
         return _Lease(None, None)
     sweep_stale()
     uids = uid_range()
-    start = random.randrange(len(uids))
+    start = _CHOICE.randrange(len(uids))  # not the global random: a test or a library may seed that
     for i in range(len(uids)):
         uid = uids[(start + i) % len(uids)]
         fd = _try_lock(uid)

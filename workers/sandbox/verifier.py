@@ -155,7 +155,8 @@ def _child(fn, arg, limits: Limits, m: str, uid: int | None, group: cgroups.RunG
             resource.setrlimit(resource.RLIMIT_AS, (mapped + limits.memory_bytes,) * 2)
         if limits.data_bytes is not None:
             resource.setrlimit(resource.RLIMIT_DATA, (data + limits.data_bytes,) * 2)
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
+        if group is None:  # uncontained; a contained call's cap is its cgroup's pids.max (see isolation.Launch)
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # a verifier writes no files
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.environ.clear()
