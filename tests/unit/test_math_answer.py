@@ -1,12 +1,16 @@
-"""The math pipeline's single-answer rule: one final answer, one value where the reference is one value."""
+"""The math pipeline's answer-form rules: one final answer, one value where the reference is one value, and
+no unevaluated integral, limit, sum, product or derivative standing for the value."""
 
 import pytest
-from sympy import And, Eq, FiniteSet, Integer, Interval, Matrix, Symbol, Tuple
+from sympy import (And, Derivative, Eq, FiniteSet, Integer, Integral, Interval, Limit, Matrix, Product, Sum, Symbol,
+                   Tuple, sin)
 
 from workers.pipelines.math_answer import (
     answer_form,
     count_numbers,
     distinct_answers,
+    restated_parsed,
+    restated_text,
     several_values_parsed,
     several_values_text,
 )
@@ -67,3 +71,35 @@ def test_several_values_are_seen_in_the_parsed_answer(value, why):
 @pytest.mark.parametrize("value", [Integer(5), x + 1, Eq(x, 5), x])
 def test_one_parsed_value_is_one_value(value):
     assert several_values_parsed(value) is None
+
+
+@pytest.mark.parametrize("latex, why", [
+    (r"\int_0^1 x^2 e^x\,dx", r"\int"), (r"\iint_D f", r"\iint"), (r"\oint_C f", r"\oint"),
+    (r"\lim_{x\to0}\frac{\sin x}{x}", r"\lim"), (r"\limsup a_n", r"\limsup"), (r"\sum_{k=1}^{3} k", r"\sum"),
+    (r"\prod_{k=1}^{5} k", r"\prod"), (r"\frac{\partial}{\partial x} x^2y", r"\partial"),
+    (r"\frac{d}{dx} x^3", "derivative"), (r"\frac{dy}{dx}", "derivative"),
+    (r"\dfrac{\mathrm{d}}{\mathrm{d}t} t^2", "derivative"),
+    (r"\frac{d^{2}}{dx^{2}} x^4", "derivative"), (r"1 + \int_0^1 x\,dx", r"\int"),
+])
+def test_an_unevaluated_problem_is_seen_in_the_text(latex, why):
+    assert why in restated_text(latex)
+
+
+@pytest.mark.parametrize("latex", ["e - 2", r"\frac{d}{2}", r"\frac{d}{d+1}", r"\sin x", r"\interval", r"\summary",
+                                   r"\frac{1}{2}", r"\text{dx}"])
+def test_a_value_is_no_unevaluated_problem(latex):
+    assert restated_text(latex) is None
+
+
+@pytest.mark.parametrize("value, why", [
+    (Integral(x**2, (x, 0, 1)), "an integral"), (Limit(sin(x) / x, x, 0), "a limit"), (Sum(x, (x, 1, 3)), "a sum"),
+    (Product(x, (x, 1, 5)), "a product"), (Derivative(x**3, x), "a derivative"),
+    (1 + Integral(x, (x, 0, 1)), "an integral"), (FiniteSet(1, Sum(x, (x, 1, 3))), "a sum"),
+])
+def test_an_unevaluated_problem_is_seen_in_the_parse_anywhere(value, why):
+    assert restated_parsed(value) == why
+
+
+@pytest.mark.parametrize("value", [Integer(5), x + 1, "a string", Matrix([[1, 2]])])
+def test_a_parsed_value_is_no_unevaluated_problem(value):
+    assert restated_parsed(value) is None

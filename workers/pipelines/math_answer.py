@@ -1,4 +1,5 @@
-"""The `math` pipeline's single-answer rule (documented in math.py), apart so that math.py stays under 300 lines."""
+"""The `math` pipeline's rules on an answer's form (documented in math.py): one value, and no restated problem.
+Apart so that math.py stays under 300 lines."""
 
 from __future__ import annotations
 
@@ -108,4 +109,33 @@ def several_values_parsed(value: Any) -> str | None:
         return "a logical combination of relations"
     if isinstance(value, BooleanAtom):
         return "a true/false statement"
+    return None
+
+
+_CALCULUS = re.compile(r"\\(?:i{1,3}nt|oint|lim(?:sup|inf)?|sum|prod|partial)(?![a-zA-Z])")
+_D = r"(?:\\mathrm\s*\{\s*d\s*\}|\\mathrm\s*d|\\operatorname\s*\{\s*d\s*\}|d)"
+_DERIVATIVE = re.compile(rf"\\[dt]?frac\s*\{{\s*{_D}(?:[^{{}}]|\{{[^{{}}]*\}})*\}}\s*\{{\s*{_D}\s*\\?[a-zA-Z]")  # d/dx
+
+
+def restated_text(latex: str) -> str | None:
+    """What unevaluated integral, limit, sum, product or derivative this LaTeX writes (`\\int_0^1 x^2 e^x\\,dx`
+    stands for e - 2 but is the problem, not its answer); None when it writes none."""
+    if found := _CALCULUS.search(latex):
+        return f"'{found.group()}'"
+    if found := _DERIVATIVE.search(latex):
+        return f"a derivative '{found.group()}'"
+    return None
+
+
+def restated_parsed(value: Any) -> str | None:
+    """The same, read from math-verify's parse: an unevaluated Integral, Limit, Sum, Product or Derivative
+    anywhere in it; None when there is none."""
+    from sympy import Derivative, Integral, Limit, Product, Sum  # in the verifying child
+
+    if not hasattr(value, "has"):  # math-verify's text fallback (a str)
+        return None
+    for kind, name in ((Integral, "an integral"), (Limit, "a limit"), (Sum, "a sum"), (Product, "a product"),
+                       (Derivative, "a derivative")):
+        if value.has(kind):
+            return name
     return None
