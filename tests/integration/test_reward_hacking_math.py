@@ -99,9 +99,10 @@ def test_a_legitimate_look_alike_still_verifies(response, reference):
     assert (r.reward, r.status) == (1.0, Status.OK), r.message
 
 
-def test_an_answer_the_verifier_cannot_import_for_is_wrong_not_the_farms_error(monkeypatch):
+def test_an_answer_the_verifier_cannot_import_for_is_wrong_and_flagged_for_the_stage_to_check(monkeypatch):
     """An answer may reach a part of sympy nothing preloaded; on a worker whose sandbox uid cannot read the
-    site-packages that is an ImportError, which must not let the answer pick `infra_error`."""
+    site-packages that is an ImportError, which must not let the answer pick `infra_error`: the verdict is
+    `wrong`, flagged so that the stage checks the reference alone before blaming the answer."""
     import math_verify
 
     from workers.pipelines.math import equivalent
@@ -110,8 +111,9 @@ def test_an_answer_the_verifier_cannot_import_for_is_wrong_not_the_farms_error(m
         raise ModuleNotFoundError("No module named 'sympy.series.limits'")
 
     monkeypatch.setattr(math_verify, "verify", verify)
-    verdict = equivalent({"reference": "1", "answer": r"\lim_{x \to 0} \frac{\sin x}{x}"})
-    assert verdict["ok"] is False and "could not load" in verdict["why"] and "bad_reference" not in verdict
+    verdict = equivalent({"reference": "1", "answer": r"\sin(x)^2 + \cos(x)^2"})
+    assert verdict["ok"] is False and "ModuleNotFoundError" in verdict["why"] and "environment" in verdict
+    assert "bad_reference" not in verdict
 
 
 def test_the_reference_failing_to_import_stays_the_farms_error(monkeypatch):
