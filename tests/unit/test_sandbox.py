@@ -97,7 +97,8 @@ def test_the_memory_limit_refuses_a_large_allocation():
 
 
 def test_the_process_limit_stops_a_fork_bomb():
-    code = "import os\nn = 0\nfor _ in range(1000):\n try:\n  if os.fork() == 0: os.pause()\n  n += 1\n except OSError: break\nprint(n)"
+    code = ("import os, signal\nn = 0\nfor _ in range(1000):\n try:\n  if os.fork() == 0: signal.pause()\n  n += 1\n"
+            " except OSError: break\nprint(n)")
     r = _py(code, limits=sandbox.Limits(wall_s=5, nproc=8))
     assert r.ok and int(r.stdout) < 8
 

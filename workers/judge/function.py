@@ -74,6 +74,8 @@ def _verdict(result: sandbox.CallResult, response: sandbox.Spawned, time_limit_s
     message = v.get("message", "")
     if v.get("gone"):
         status = response.wait(0.5)
+        if why := response.failed_to_start():  # the machine's failure, never the response's verdict
+            raise sandbox.SandboxUnavailable(why)
         if status is not None:
             message += f" (exit status {status})" if status < 128 else f" (killed by signal {status - 128})"
         launcher = response.stderr_head().decode(errors="replace").strip()

@@ -1,11 +1,10 @@
-"""The isolation this machine gives a run (`mode()`, said once at a worker's start by `describe()`), and the
-launch that puts one program in it (`Launch`).
+"""The isolation this machine gives a run (`mode()`, said once at a worker's start by `describe()`), and what a
+contained program may reach: its PATH, its interpreter, an environment built from nothing, the hidden paths.
 
-A contained run (`root` mode: the worker runs as root, as in our images) is one exec of bubblewrap, the tool
-Flatpak relies on, from a child of the worker that has first joined the run's cgroup (`cgroups`), set its
-rlimits and dropped to the run's unprivileged uid. bubblewrap then, unprivileged, makes new user, mount, PID,
-network, IPC, UTS and cgroup namespaces, builds the allow-list root (`root`), forbids further user namespaces
-and runs the program as the `sandbox` user with no capabilities and no new privileges.
+A contained run (`root` mode: the worker runs as root, as in our images) runs under bubblewrap, the tool Flatpak
+relies on, as the run's unprivileged uid, in the run's cgroup with its rlimits (`launch`). bubblewrap makes new
+user, mount, PID, network, IPC, UTS and cgroup namespaces, builds the allow-list root (`root`), forbids further
+user namespaces and runs the program as the `sandbox` user with no capabilities and no new privileges.
 
 Without root, bubblewrap and a writable cgroup hierarchy the sandbox fails closed (`SandboxUnavailable`),
 unless the operator sets `FARM_SANDBOX_ALLOW_UNCONTAINED=1`: rlimits only, no namespaces (a loud warning;
@@ -18,24 +17,19 @@ import ctypes
 import functools
 import logging
 import os
-import resource
 import shutil
 import site
 import subprocess
 import sysconfig
-from typing import Mapping, Sequence
+from typing import Mapping
 
-from workers.sandbox import cgroups, root
-from workers.sandbox.limits import Limits, SandboxUnavailable
+from workers.sandbox import cgroups, launch
+from workers.sandbox.limits import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
 SANDBOX_PATH = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin"
 _PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")  # a GPU worker owns its device
-_LAUNCHER_PROCESSES = 2  # bubblewrap's monitor and its PID namespace's init, besides the program's own
-_NAMESPACES = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-               "--unshare-cgroup-try", "--disable-userns", "--uid", str(root.UID), "--gid", str(root.UID),
-               "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -46,61 +40,6 @@ def python_executable() -> str:
     if configured:
         return configured
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else shutil.which("python3") or "python3"
-
-
-def bwrap() -> str | None:
-    return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")  # not the PATH: no stand-in launcher
-
-
-class Launch:
-    """How one contained program starts: the command line (bubblewrap and the program) and what the child
-    does between fork and exec (`setup`: join the run's cgroup, set rlimits, become the run's uid)."""
-
-    def __init__(self, m: str, argv: Sequence[str], limits: Limits, uid: int | None,
-                 group: cgroups.RunGroup | None, workdir: str) -> None:
-        self.limits, self.uid, self.group = limits, uid, group
-        self.contained = m != "uncontained"
-        if not self.contained:
-            self.argv, self.cwd = list(argv), workdir
-        else:
-            args = root.bwrap_args(python=python_executable(), hidden=hidden_paths(), workdir=workdir, limits=limits,
-                                   state_root=state_root())
-            self.argv, self.cwd = [_bwrap_or_fail(), *_NAMESPACES, *args, "--", *argv], "/"
-
-    def setup(self) -> None:
-        """In the child, before exec; only async-signal-safe work in spirit: a few writes and system calls."""
-        if self.group is not None:
-            self.group.join()
-        limits = self.limits
-        cpu = limits.cpu_seconds()
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
-        if self.group is None:  # uncontained; a contained run's cap is its cgroup's pids.max
-            processes = limits.nproc + _LAUNCHER_PROCESSES
-            resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-        # not RLIMIT_NPROC where a cgroup caps the run: it counts per uid, and a previous run's processes, killed but
-        # not yet reaped by the host's init, would count against a later run given the same uid
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.nofile, limits.nofile))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if limits.memory_bytes is not None:  # per process: a clean MemoryError before the run's cgroup kills
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        if limits.data_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, (limits.data_bytes, limits.data_bytes))
-        if self.uid is not None:
-            os.setgroups([])
-            os.setresgid(self.uid, self.uid, self.uid)
-            os.setresuid(self.uid, self.uid, self.uid)
-
-    def processes(self) -> int:
-        """The run cgroup's pids.max: the program's processes plus the launcher's own."""
-        return self.limits.nproc + _LAUNCHER_PROCESSES
-
-
-def _bwrap_or_fail() -> str:
-    path = bwrap()
-    if path is None:
-        raise SandboxUnavailable("bubblewrap (bwrap) is not installed")
-    return path
 
 
 def state_root() -> str:
@@ -129,8 +68,9 @@ def mode() -> str:
 def _why_not_contained() -> str | None:
     if os.geteuid() != 0:
         return "the worker is not root: the sandbox needs root to give each run a uid and a cgroup of its own"
-    if bwrap() is None:
-        return "bubblewrap (bwrap) is not installed"
+    missing = [name for name in ("bwrap", "setpriv", "prlimit") if launch.tool(name) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (bubblewrap, util-linux)"
     hierarchy = cgroups.probe()
     if isinstance(hierarchy, str):
         return f"no cgroup hierarchy for per-run limits: {hierarchy}"
@@ -144,7 +84,7 @@ def describe() -> str:
     m = mode()
     if m == "uncontained":
         return "sandbox: NONE (FARM_SANDBOX_ALLOW_UNCONTAINED=1): rlimits only, for development"
-    version = subprocess.run([_bwrap_or_fail(), "--version"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run([launch.tool("bwrap") or "bwrap", "--version"], capture_output=True, text=True).stdout.strip()
     hierarchy = cgroups.probe()
     return (f"sandbox: {version}, allow-list root, namespaces user/mount/pid/net/ipc/uts/cgroup; per-run "
             f"memory and process limits by {hierarchy.describe()}")

@@ -21,14 +21,15 @@ import time
 from dataclasses import dataclass, replace
 from typing import Iterator, Mapping, Sequence
 
-from workers.sandbox import cgroups, isolation
-from workers.sandbox.isolation import Launch, _environment
+from workers.sandbox import cgroups, isolation, root
+from workers.sandbox.isolation import _environment
+from workers.sandbox.launch import PROCESSES, Launch
 from workers.sandbox.limits import Limits, MiB, RunResult, SandboxUnavailable
 from workers.sandbox.uids import lease_uid, sweep_stale
 from workers.sandbox.workdir import _Workdir
 
 log = logging.getLogger(__name__)
-_STATUS_CAP = 1 << 16  # bytes kept of bubblewrap's status documents (the program can write there too)
+_STATUS_CAP = 1 << 16  # bytes kept of bubblewrap's status documents
 
 
 def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: bytes = b"",
@@ -63,8 +64,8 @@ class Spawned:
     """A contained program running on its own; its stdin and stdout are /dev/null, its stderr a capped file."""
 
     def __init__(self, proc: subprocess.Popen, stderr: "tempfile._TemporaryFileWrapper[bytes]",
-                 prepared: _Prepared) -> None:
-        self._proc, self._stderr, self._prepared = proc, stderr, prepared
+                 prepared: _Prepared, status: int | None) -> None:
+        self._proc, self._stderr, self._prepared, self._status = proc, stderr, prepared, status
 
     @property
     def pid(self) -> int:
@@ -82,11 +83,35 @@ class Spawned:
         self._stderr.seek(0)
         return self._stderr.read(limit)
 
+    def failed_to_start(self) -> str | None:
+        """Why the sandbox never started the program, once it has ended (None: it started, or still runs); the
+        machine's failure, not the program's, whatever the program printed."""
+        if self._status is None or self._proc.poll() is None:
+            return None
+        launch = self._prepared.launch
+        while chunk := _read_ready(self._status):
+            launch.status += chunk[:max(0, _STATUS_CAP - len(launch.status))]
+        if b'"exit-code"' in launch.status:
+            return None
+        return (f"the sandbox could not start the program (exit status {self._proc.returncode}): "
+                f"{self.stderr_head().decode(errors='replace').strip()[-300:]}")
+
     def _end(self) -> None:
         if self._proc.poll() is None:
             _kill_group(self._proc)
         self._prepared.finish()
         self._stderr.close()
+        if self._status is not None:
+            os.close(self._status)
+            self._status = None
+
+
+def _read_ready(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return b""
 
 
 @contextlib.contextmanager
@@ -96,11 +121,9 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
     started) and cleaned up when the block ends. The caller bounds its time: nothing here waits."""
     with _prepared(argv, files, limits) as prepared:
         stderr = tempfile.TemporaryFile()  # the launcher's own complaints, and whatever the program writes there
-        launch = prepared.launch
-        proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=_environment(env), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-                                close_fds=True, pass_fds=tuple(pass_fds), preexec_fn=launch.setup)
-        spawned = Spawned(proc, stderr, prepared)
+        proc, status = prepared.launch.start(env=_environment(env), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=tuple(pass_fds))
+        spawned = Spawned(proc, stderr, prepared, status)
         try:
             yield spawned
         finally:
@@ -117,11 +140,17 @@ def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Lim
     try:
         workdir = _Workdir(m, lease.uid, limits.disk_bytes)
         workdir.write(files, lease.uid)
-        hierarchy = cgroups.probe() if m == "root" else None
-        if isinstance(hierarchy, cgroups.Hierarchy):
+        contained = m != "uncontained"
+        root_args: list[str] = []
+        if contained:
+            hierarchy = cgroups.probe()
+            if not isinstance(hierarchy, cgroups.Hierarchy):
+                raise SandboxUnavailable(f"no cgroup hierarchy for per-run limits: {hierarchy}")
             group = hierarchy.create(os.path.basename(workdir.path), limits.run_memory_bytes(),
-                                     limits.nproc + isolation._LAUNCHER_PROCESSES)
-        yield _Prepared(Launch(m, argv, limits, lease.uid, group, workdir.path), workdir, group)
+                                     limits.nproc + PROCESSES)
+            root_args = root.bwrap_args(python=isolation.python_executable(), hidden=isolation.hidden_paths(),
+                                        workdir=workdir.path, limits=limits, state_root=isolation.state_root())
+        yield _Prepared(Launch(contained, argv, limits, lease.uid, group, workdir.path, root_args), workdir, group)
     finally:
         if group is not None:
             group.remove()
@@ -132,25 +161,15 @@ def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Lim
 
 def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
     launch = prepared.launch
-    status_read, status_write = os.pipe()
-    contained = launch.contained
-    argv = launch.argv
-    if contained:  # bubblewrap's own report of the launch, after its namespace options
-        argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
     started = time.monotonic()
     deadline = started + limits.wall_s
-    try:
-        proc = subprocess.Popen(argv, cwd=launch.cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                                pass_fds=(status_write,) if contained else (), preexec_fn=launch.setup)
-    finally:
-        os.close(status_write)
-    stdout, stderr, status = bytearray(), bytearray(), bytearray()
+    proc, status_read = launch.start(env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr, status = bytearray(), bytearray(), launch.status
     out = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
     timed_out = exceeded = False
     pending = memoryview(stdin)
     sel = selectors.DefaultSelector()
-    for fd in (proc.stdout.fileno(), proc.stderr.fileno(), status_read):
+    for fd in (proc.stdout.fileno(), proc.stderr.fileno(), *([status_read] if status_read is not None else [])):
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
     if pending:
@@ -199,7 +218,8 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
                 timed_out = True
     finally:
         sel.close()
-        os.close(status_read)
+        if status_read is not None:
+            os.close(status_read)
         killed = proc.poll() is None or timed_out or exceeded
         if killed:
             _kill_group(proc)
@@ -209,7 +229,7 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
         memory_exceeded = prepared.finish()
     wall = time.monotonic() - started
     rc = proc.returncode
-    if contained and not killed and b'"exit-code"' not in status:
+    if launch.contained and not killed and b'"exit-code"' not in status:
         raise SandboxUnavailable(f"the sandbox could not start the program (exit status {rc}): "
                                  f"{stderr.decode(errors='replace').strip()[-300:]}")
     sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 128 + 65 else None)  # bubblewrap reports a signal as 128+n

@@ -1,7 +1,12 @@
 """`call`: run trusted verifier code on untrusted input (math-verify parses model output with sympy,
-which evaluates strings) in a forked child: its own session and cgroup, new network, IPC and UTS namespaces,
-an empty read-only root (no file, socket or device of the host), rlimits, the dedicated uid with fresh
-keyrings, every inherited descriptor closed, the result back as JSON.
+which evaluates strings) in a forked child: its own session, new network, IPC and UTS namespaces, an empty
+read-only root (no file, socket or device of the host), the dedicated uid with fresh keyrings, every inherited
+descriptor closed, the result back as JSON.
+
+The child is the whole call: it may not fork (RLIMIT_NPROC of 1 under a uid no other process has), so its
+rlimits (CPU, address space) bound the call as a cgroup would a run, and nothing it started can outlive it.
+No cgroup: moving a process into one waits for an RCU grace period (7-8 ms here), a verdict's latency twice
+over on a function problem.
 """
 
 from __future__ import annotations
@@ -11,14 +16,13 @@ import json
 import os
 import platform
 import resource
-import secrets
 import selectors
 import signal
 import time
 import traceback
 from typing import Any, Callable, Sequence
 
-from workers.sandbox import cgroups, isolation
+from workers.sandbox import isolation
 from workers.sandbox.isolation import _environment, _libc
 from workers.sandbox.limits import CallResult, Limits
 from workers.sandbox.uids import lease_uid
@@ -44,27 +48,19 @@ def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_
     m = isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
     lease = lease_uid(m)
     started = time.monotonic()
-    group = None
     read_fd, write_fd = os.pipe()
     try:
-        hierarchy = cgroups.probe() if m == "root" else None
-        if isinstance(hierarchy, cgroups.Hierarchy):
-            group = hierarchy.create(f"run-{lease.uid}-call{secrets.token_hex(4)}", limits.run_memory_bytes(),
-                                     limits.nproc)
         empty = _empty_root() if m == "root" else None
         pid = os.fork()
         if pid == 0:  # the child: contain first, then compute; never returns
-            _child(fn, arg, limits, m, lease.uid, group, empty, read_fd, write_fd, keep_fds)
+            _child(fn, arg, limits, m, lease.uid, empty, read_fd, write_fd, keep_fds)
         os.close(write_fd)
         write_fd = -1
         data, timed_out, overflowed = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
         if timed_out or overflowed:
             _kill_pid_group(pid)
-        if group is not None:
-            group.kill()  # whatever the child started, in any session
         _, status = os.waitpid(pid, 0)
         wall = time.monotonic() - started
-        memory = group is not None and group.usage().oom_killed
         if timed_out:
             return CallResult(timed_out=True, wall_s=wall)
         if overflowed:
@@ -76,16 +72,12 @@ def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_
                 return CallResult(timed_out=True, wall_s=wall)
             why = (f"killed by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status)
                    else f"exit status {os.WEXITSTATUS(status)}")
-            if memory:
-                why = "killed at its memory limit"
-            return CallResult(ended=f"it ended without a result ({why})", memory_exceeded=memory, wall_s=wall)
+            return CallResult(ended=f"it ended without a result ({why})", wall_s=wall)
         return CallResult(value=reply.get("value"), error=reply.get("error", ""), wall_s=wall)
     finally:
         os.close(read_fd)
         if write_fd >= 0:
             os.close(write_fd)
-        if group is not None:
-            group.remove()
         lease.release()
 
 
@@ -124,14 +116,12 @@ def _empty_root() -> str:
     return path
 
 
-def _child(fn, arg, limits: Limits, m: str, uid: int | None, group: cgroups.RunGroup | None, empty: str | None,
-           read_fd: int, write_fd: int, keep_fds: Sequence[int] = ()) -> None:
+def _child(fn, arg, limits: Limits, m: str, uid: int | None, empty: str | None, read_fd: int, write_fd: int,
+           keep_fds: Sequence[int] = ()) -> None:
     code = 70
     try:
         os.close(read_fd)
         os.setsid()
-        if group is not None:
-            group.join()
         low = 3
         for fd in sorted({write_fd, *keep_fds}):  # the worker's broker and database sockets stay out of reach
             os.closerange(low, fd)
@@ -155,8 +145,10 @@ def _child(fn, arg, limits: Limits, m: str, uid: int | None, group: cgroups.RunG
             resource.setrlimit(resource.RLIMIT_AS, (mapped + limits.memory_bytes,) * 2)
         if limits.data_bytes is not None:
             resource.setrlimit(resource.RLIMIT_DATA, (data + limits.data_bytes,) * 2)
-        if group is None:  # uncontained; a contained call's cap is its cgroup's pids.max (see isolation.Launch)
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.nproc, limits.nproc))
+        # a contained call is one process: it may not fork (its uid has no other process), so its rlimits are the
+        # whole call's and nothing it started can outlive it; uncontained, the limits' process count
+        processes = 1 if m != "uncontained" else limits.nproc
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # a verifier writes no files
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.environ.clear()

@@ -34,10 +34,13 @@ class RunGroup:
             os.open(os.path.join(p, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC) for p in paths)
 
     def join(self) -> None:
-        """Moves the calling process into the group: runs in the launcher's child, before anything else."""
-        pid = str(os.getpid()).encode()
+        """Moves the calling process into the group (a verifier's forked child, before anything else)."""
+        self.admit(os.getpid())
+
+    def admit(self, pid: int) -> None:
+        """Moves a process into the group (bubblewrap's, while it waits to start the program)."""
         for fd in self.join_fds:
-            os.write(fd, pid)
+            os.write(fd, str(pid).encode())
 
     def close_fds(self) -> None:
         for fd in self.join_fds:
@@ -59,7 +62,8 @@ class RunGroup:
 
     def kill(self) -> None:
         """SIGKILL every process of the run, including any that left the launcher's process group."""
-        self.hierarchy.kill(self)
+        if self.pids():  # most runs have ended by now: no freezing, no listing twice
+            self.hierarchy.kill(self)
 
     def usage(self) -> Usage:
         return self.hierarchy.usage(self)

@@ -1,0 +1,139 @@
+"""Starting one contained program cheaply: no Python runs between fork and exec.
+
+A worker is a large process (an interpreter with Celery, perhaps sympy or a CUDA context), so forking it costs
+milliseconds per run and running Python in the child (a `preexec_fn`) costs tens more in copied pages (a 300 MB
+worker: 20 ms a run). So the worker starts util-linux's `prlimit` (the run's rlimits, on itself) with `vfork`,
+which execs `setpriv` (the run's uid, no groups), which execs bubblewrap; bubblewrap builds the namespaces and
+the root, reports its namespace child on a status descriptor, and waits on a block descriptor. While nothing of
+the program has run, the worker puts bubblewrap's processes into the run's cgroup, then lets it go: everything
+the program starts inherits the rlimits and the cgroup. (Setting the rlimits from the worker with prlimit(2)
+would save an exec but needs CAP_SYS_RESOURCE, which a worker's container may not grant.)
+
+The status descriptor is bubblewrap's, closed before the program runs: its `exit-code` document says the
+program was started, so a launch that failed is told apart from a program that failed, whatever it printed.
+If the worker dies mid-launch, `--die-with-parent` takes bubblewrap down with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import selectors
+import shutil
+import subprocess
+import time
+from typing import Any, Sequence
+
+from workers.sandbox import cgroups, root
+from workers.sandbox.limits import Limits, SandboxUnavailable
+
+PROCESSES = 1  # bubblewrap's PID namespace init, besides the program's own (its monitor stays outside the group)
+_NAMESPACES = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+               "--unshare-cgroup-try", "--disable-userns", "--uid", str(root.UID), "--gid", str(root.UID),
+               "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+_TOOLS = "/usr/bin:/bin:/usr/local/bin"  # not the PATH: no stand-in launcher
+_START_S = 10.0  # bubblewrap reports its namespace child within this, or the machine cannot contain code
+
+
+def tool(name: str) -> str | None:
+    return shutil.which(name, path=_TOOLS)
+
+
+def _tool_or_fail(name: str) -> str:
+    path = tool(name)
+    if path is None:
+        raise SandboxUnavailable(f"{name} is not installed (bubblewrap, util-linux)")
+    return path
+
+
+class Launch:
+    """One program's start: contained (setpriv, bubblewrap, the run's cgroup and rlimits), or uncontained
+    (rlimits only, for a development machine that allows it)."""
+
+    def __init__(self, contained: bool, argv: Sequence[str], limits: Limits, uid: int | None,
+                 group: cgroups.RunGroup | None, workdir: str, root_args: Sequence[str] = ()) -> None:
+        self.contained, self.argv, self.limits, self.uid, self.group = contained, list(argv), limits, uid, group
+        self.workdir, self.root_args = workdir, list(root_args)
+        self.status = bytearray()  # bubblewrap's documents read so far
+
+    def start(self, **popen: Any) -> tuple[subprocess.Popen, int | None]:
+        """The running program, and the descriptor bubblewrap writes its status to (None uncontained; the
+        caller reads it to its end and closes it). `popen`: stdio, env, pass_fds."""
+        if not self.contained:
+            return subprocess.Popen(self.argv, cwd=self.workdir, start_new_session=True, close_fds=True,
+                                    preexec_fn=self._limit_self, **popen), None
+        status_read, status_write = os.pipe()
+        block_read, block_write = os.pipe()
+        limits = [f"--{name}={soft}:{hard}" for name, (soft, hard) in self._rlimits()]
+        argv = [_tool_or_fail("prlimit"), *limits, "--",
+                _tool_or_fail("setpriv"), f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--",
+                _tool_or_fail("bwrap"), "--json-status-fd", str(status_write), "--block-fd", str(block_read),
+                *_NAMESPACES, *self.root_args, "--", *self.argv]
+        passed = tuple(popen.pop("pass_fds", ()))
+        try:
+            proc = subprocess.Popen(argv, cwd="/", start_new_session=True, close_fds=True,
+                                    pass_fds=(status_write, block_read, *passed), **popen)
+        except BaseException:
+            for fd in (status_read, status_write, block_read, block_write):
+                os.close(fd)
+            raise
+        os.close(status_write)
+        os.close(block_read)
+        try:
+            child = self._namespace_child(status_read)
+            if child is not None:  # else bubblewrap failed before its clone: the caller finds no exit-code
+                # the namespace child only: the program descends from it (bubblewrap's monitor outside is ours);
+                # one move into a cgroup waits for an RCU grace period, which bubblewrap's setup overlaps
+                self.group.admit(child)
+                os.write(block_write, b"1")
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            os.close(status_read)
+            raise
+        finally:
+            os.close(block_write)
+        return proc, status_read
+
+    def _namespace_child(self, fd: int) -> int | None:
+        """The pid of bubblewrap's namespace child, from its first status document; None if it ended first."""
+        deadline = time.monotonic() + _START_S
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self.status:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(timeout=left):
+                    raise SandboxUnavailable(f"bubblewrap did not start a sandbox within {_START_S:g} s")
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
+                self.status += chunk
+        first = self.status[:self.status.index(b"\n")]
+        try:
+            return int(json.loads(first)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            raise SandboxUnavailable(f"bubblewrap reported {bytes(first[:200])!r}, not its child") from None
+
+    def _rlimits(self) -> list[tuple[str, tuple[int, int]]]:
+        """The run's rlimits, by prlimit's names for them. Not RLIMIT_NPROC where a cgroup caps the run: it
+        counts per uid, and what an earlier run of the same uid left in that count (killed, not yet reaped, its
+        namespaces not yet freed) stopped a later run from starting."""
+        limits = self.limits
+        cpu = limits.cpu_seconds()
+        found = [("cpu", (cpu, cpu + 1)),  # SIGXCPU, then SIGKILL
+                 ("fsize", (limits.file_bytes, limits.file_bytes)),
+                 ("nofile", (limits.nofile, limits.nofile)),
+                 ("core", (0, 0))]
+        if limits.memory_bytes is not None:  # per process: a clean MemoryError before the run's cgroup kills
+            found.append(("as", (limits.memory_bytes, limits.memory_bytes)))
+        if limits.data_bytes is not None:
+            found.append(("data", (limits.data_bytes, limits.data_bytes)))
+        return found
+
+    def _limit_self(self) -> None:
+        """Uncontained (a development machine): the rlimits, RLIMIT_NPROC too, in the child before exec."""
+        for name, value in self._rlimits():
+            resource.setrlimit(getattr(resource, f"RLIMIT_{name.upper()}"), value)
+        processes = self.limits.nproc + PROCESSES
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
