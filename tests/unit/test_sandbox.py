@@ -320,6 +320,32 @@ def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch):
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture
+def unlaunchable(monkeypatch):
+    """Every launch fails inside bubblewrap: a tree to bind that the runs' uids cannot reach."""
+    sandbox.mode()  # probed first, as a worker does at its start
+    tree = tempfile.mkdtemp(prefix="farm-unreachable-", dir="/root")  # /root: 0700, no pool uid gets through
+    monkeypatch.setenv("FARM_SANDBOX_TREES", tree)
+    yield
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def test_a_run_that_bubblewrap_cannot_start_is_the_machines_failure(unlaunchable):
+    with pytest.raises(sandbox.SandboxUnavailable, match="could not start the program"):
+        _py("print('never')")
+
+
+def test_a_function_judged_where_bubblewrap_cannot_start_it_is_infra_error_not_a_verdict(unlaunchable):
+    from farm.results import Status
+    from workers.pipelines import code
+    from workers.runner import score
+
+    problem = {"prompt": "def f(x):\n", "test": "def check(candidate):\n    assert candidate(1) == 1\n",
+               "entry_point": "f"}
+    r = score(code.pipeline, {"response": "```python\ndef f(x):\n    return x\n```", "tests": problem})
+    assert r.status is Status.INFRA_ERROR and "could not start the program" in r.message, r.message
+
+
 def test_a_launcher_that_cannot_mount_its_private_tmpfs_refuses_to_run():
     with pytest.raises(sandbox.SandboxUnavailable, match="cannot mount"):
         sandbox.run(["/bin/true"], limits=sandbox.Limits(disk_bytes=-1))

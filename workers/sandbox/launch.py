@@ -85,8 +85,11 @@ class Launch:
             if child is not None:  # else bubblewrap failed before its clone: the caller finds no exit-code
                 # the namespace child only: the program descends from it (bubblewrap's monitor outside is ours);
                 # one move into a cgroup waits for an RCU grace period, which bubblewrap's setup overlaps
-                self.group.admit(child)
-                os.write(block_write, b"1")
+                try:
+                    self.group.admit(child)
+                    os.write(block_write, b"1")
+                except ProcessLookupError:  # it died in its setup: the caller finds no exit-code
+                    pass
         except BaseException:
             proc.kill()
             proc.wait()
