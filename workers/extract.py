@@ -140,7 +140,8 @@ def guess_language(block: CodeBlock, default: str) -> str:
         if block.language in LANGUAGES[lang]:
             return lang
     code = block.code
-    if "std::" in code or _INT_MAIN.search(code) or ("#include" in code and _INCLUDE_LINE.line(code) is not None):
+    if "std::" in code or ("main" in code and _INT_MAIN.search(code)) or \
+            ("#include" in code and _INCLUDE_LINE.line(code) is not None):
         return "cpp"
     return default
 
