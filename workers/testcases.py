@@ -69,11 +69,16 @@ class Problem:
         if not isinstance(raw_cases, list):
             raise InvalidInput("problem 'cases' must be a list of {input, output} objects")
         cases = []
-        for i, c in enumerate(raw_cases):
-            if not isinstance(c, Mapping) or not isinstance(c.get("output"), str) or not isinstance(c.get("input", ""), str):
+        for i, c in enumerate(raw_cases):  # a test set may hold thousands of cases: each is read cheaply
+            if not isinstance(c, (dict, Mapping)):  # dict first: the ABC's check is slow
                 raise InvalidInput(f"problem case {i} must be an object with string 'input' and 'output'")
-            cases.append(Case(unicode_text(c.get("input", ""), f"problem case {i} 'input'"),
-                              unicode_text(c["output"], f"problem case {i} 'output'")))
+            given, output = c.get("input", ""), c.get("output")
+            if not isinstance(output, str) or not isinstance(given, str):
+                raise InvalidInput(f"problem case {i} must be an object with string 'input' and 'output'")
+            if not (given.isascii() and output.isascii()):
+                unicode_text(given, f"problem case {i} 'input'")
+                unicode_text(output, f"problem case {i} 'output'")
+            cases.append(Case(given, output))
         test = d.get("test", "")
         entry = d.get("entry_point", "")
         if not isinstance(test, str) or not isinstance(entry, str) or bool(test) != bool(entry):

@@ -7,7 +7,9 @@ every case in the sandbox).
 Payload (a JSON object):
 - `response` (string, required): the model's text; code is taken from it as `workers.extract` documents
   (a python/cpp fenced block, else an untagged one, else any; with none, the raw text for Python, or
-  for C++ text holding `int main(`); nothing -> `wrong`, generation failed, no stage visited.
+  for C++ text holding `int main(`); nothing -> `wrong`, generation failed, no stage visited. Admission and
+  every stage plan the same payload, so a process reads a response once (`_chosen`: a small cache keyed by
+  the response's text and language themselves, never by an id or anything a request carries).
 - `language`: `python` or `cpp`; default: the block's tag, else C++ if it looks like C++, else Python.
 - `problem`: a problem id: `HumanEval/<n>` (the bundled HumanEval set) or an id in the worker's store
   (`FARM_TESTCASES`, see `workers.testcases`); or `tests`: the problem inline,
@@ -33,6 +35,7 @@ its failures are model failures: `invalid_input` comes only from the request's o
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
@@ -40,7 +43,7 @@ from typing import Any, Mapping
 from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
-from workers.extract import extract_code, guess_language
+from workers.extract import INT_MAIN, extract_code, guess_language
 from workers.judge.function import judge
 from workers.pipelines.common import compiled, contained, shown, tail, text_field, unpack_binary
 from workers.testcases import Case, Problem, check_id, fetch
@@ -78,13 +81,21 @@ def plan(payload: Mapping[str, Any]) -> Plan | None:
     problem = None
     if inline is not None:
         problem = Problem.from_dict({"cases": inline} if isinstance(inline, list) else inline)
+    chosen = _chosen(response, language)
+    return Plan(*chosen, problem_id, problem, mode) if chosen else None
+
+
+@functools.lru_cache(maxsize=4)
+def _chosen(response: str, language: str | None) -> tuple[str, str] | None:
+    """(language, code) of a response. Admission and every stage plan the same payload, so a process that runs
+    several of them reads the response once: keyed by the texts themselves, the answer is theirs alone."""
     if language == "cpp":
-        block = extract_code(response, ("cpp",), any_fence=True, raw_fallback=r"\bint\s+main\s*\(")
+        block = extract_code(response, ("cpp",), any_fence=True, raw_fallback=INT_MAIN)
     else:
         block = extract_code(response, LANGUAGES, any_fence=True, raw_fallback="always")
     if block is None or not block.code.strip():
         return None
-    return Plan(language or guess_language(block, "python"), block.code, problem_id, problem, mode)
+    return language or guess_language(block, "python"), block.code
 
 
 def admit(payload: Mapping[str, Any]) -> Admission:

@@ -8,6 +8,7 @@ a bigger one fails its compile stage as `compile_error` saying so).
 
 from __future__ import annotations
 
+import array
 import base64
 import functools
 import hashlib
@@ -23,6 +24,7 @@ BINARY_CAP = 16 * sandbox.MiB
 TAIL = 2000  # characters of compiler or program output kept in a message
 
 SHOWN_CHARS = 200
+SHOWN_ITEMS = _SHOWN.maxlist  # of a list, then '...'
 
 
 def shown(value: Any) -> str:
@@ -40,6 +42,19 @@ def finite(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def finite_list(values: list[Any]) -> list[float] | None:
+    """A list of JSON numbers as finite floats, read in C (a trainer's expected output may hold a million);
+    None when one is not a finite number (or the quick reading cannot tell: `finite` then says which)."""
+    if not set(map(type, values)) <= {int, float}:  # a bool, a string, None, a subclass: read one by one
+        return None
+    try:
+        numbers = array.array("d", values)
+    except OverflowError:  # an integer past the floats
+        return None
+    # a NaN or an infinity makes the sum one; so does an overflow of finite numbers, which `finite` then clears
+    return numbers.tolist() if math.isfinite(sum(numbers)) else None
 
 
 def unicode_text(value: str, what: str) -> str:

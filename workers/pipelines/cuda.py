@@ -5,7 +5,8 @@ Payload (a JSON object):
 - `response` (string, required): the model's text. The kernel is taken as `workers.extract` documents:
   the last ```cuda / ```cu / ```cpp / ```c++ / ```c block, else an untagged one, else any fenced block,
   else (no fence) the raw text when it contains `__global__`, from its first line of code. Nothing ->
-  `wrong`, generation failed, no stage visited.
+  `wrong`, generation failed, no stage visited. Read once per process for admission and the compile stage
+  (`_kernel`, keyed by the response's text itself).
 - `harness` (string, optional): a CUDA source with `main()` that declares the kernels and host functions
   it uses from the response (`__global__ void add(const float*, const float*, float*, int);`) and calls
   them. The response (`kernel.cu`) and the harness (`main.cu`) are compiled apart and linked
@@ -36,6 +37,7 @@ CUDA_VISIBLE_DEVICES passes through so the program sees only its worker's GPU.
 
 from __future__ import annotations
 
+import functools
 import glob
 import math
 import os
@@ -48,8 +50,8 @@ from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import extract_code
-from workers.pipelines.common import (compiled, contained, finite, number_field, shown, tail, text_field,
-                                      unpack_binary)
+from workers.pipelines.common import (compiled, contained, finite, finite_list, number_field, shown, tail, text_field,
+                                     unpack_binary)
 from workers.pipelines.cuda_harness import build, harness_problem
 from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_record
 
@@ -63,7 +65,14 @@ _FLAG = re.compile(r"^(-O[0-3]|-arch=sm_\d{2,3}a?|-std=c\+\+\d\d|--use_fast_math
 
 
 def _code(payload: Mapping[str, Any]) -> str | None:
-    block = extract_code(text_field(payload, "response"), ("cuda",), any_fence=True, raw_fallback=r"__global__")
+    return _kernel(text_field(payload, "response"))
+
+
+@functools.lru_cache(maxsize=4)
+def _kernel(response: str) -> str | None:
+    """The response's CUDA code, read once per process for admission and the compile stage alike (keyed by the
+    text itself, so the answer is the text's alone)."""
+    block = extract_code(response, ("cuda",), any_fence=True, raw_fallback=r"__global__")
     return block.code if block is not None and block.code.strip() else None
 
 
@@ -77,7 +86,7 @@ def _flags(payload: Mapping[str, Any]) -> list[str]:
 def expected_of(payload: Mapping[str, Any]) -> list[float] | str:
     expected = payload.get("expected_output")
     if isinstance(expected, list):
-        numbers = [finite(x) for x in expected]
+        numbers = finite_list(expected) or [finite(x) for x in expected]
         if None in numbers:
             raise InvalidInput(f"cuda 'expected_output' as a list must hold only finite numbers, not "
                                f"{shown(expected[numbers.index(None)])}")
@@ -90,7 +99,7 @@ def expected_of(payload: Mapping[str, Any]) -> list[float] | str:
 
 def _numbers(text: str) -> list[float] | None:
     try:
-        return [float(t) for t in text.split()]
+        return list(map(float, text.split()))
     except ValueError:
         return None
 
@@ -100,7 +109,8 @@ def admit(payload: Mapping[str, Any]) -> Admission:
     if problem:
         raise InvalidInput(problem)
     text_field(payload, "stdin", required=False)
-    expected_of(payload)
+    if not isinstance(payload.get("expected_output"), str):  # text is always valid: the stage reads its numbers
+        expected_of(payload)
     _flags(payload)
     number_field(payload, "rtol", 1e-3)
     number_field(payload, "atol", 1e-5)

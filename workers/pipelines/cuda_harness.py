@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import re
 import threading
 import time
 from dataclasses import replace
@@ -26,12 +25,14 @@ from workers import sandbox
 from workers.pipelines import cuda_checks
 from workers.pipelines.common import compiled, tail
 from workers.pipelines.cuda_record import WRAPPER_FILE, WRAPPER_SOURCE
+from workers.scan import LinePattern
 
 # the response's compile: one section per function (so the checks see every call between functions as a
 # relocation), and CCCL's NVTX ranges off (they getenv and dlopen an injection library)
 RESPONSE_FLAGS = ("-Xcompiler", "-ffunction-sections", "-DCCCL_DISABLE_NVTX", "-DNVTX_DISABLE")
 LINK_FLAGS = ("-Xlinker", "--wrap=main", "-Xlinker", "-z", "-Xlinker", "noexecstack")
-_INCLUDES_KERNEL = re.compile(r'^\s*#\s*include\s*[<"]\s*kernel\.cu\s*[">]', re.M)
+# a line pattern: `^\s*#` under re.M read every blank line below each line start again, quadratic in blank lines
+_INCLUDES_KERNEL = LinePattern(r'#\s*+include\s*+[<"]\s*+kernel\.cu\s*+[">]')
 WRAPPER_OBJECT = WRAPPER_FILE.rsplit(".", 1)[0] + ".o"
 # the harness's and the wrapper's objects by sha256 of (harness, flags); the least recently used goes first
 _COMPILED: collections.OrderedDict[str, dict[str, bytes]] = collections.OrderedDict()
@@ -41,7 +42,7 @@ _LOCK = threading.Lock()
 
 def harness_problem(harness: str) -> str | None:
     """Why a harness cannot be used with separate compilation, or None."""
-    if _INCLUDES_KERNEL.search(harness):
+    if "kernel.cu" in harness and _INCLUDES_KERNEL.line(harness) is not None:
         return ("cuda 'harness' must not #include \"kernel.cu\": the response is compiled on its own; declare the "
                 "kernels and functions the harness calls (e.g. `__global__ void add(const float*, const float*, "
                 "float*, int);`) and the farm links them")

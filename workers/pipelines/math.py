@@ -9,7 +9,10 @@ Payload: `response` (the model's text) and `answer` (the reference, LaTeX or pla
    None -> `wrong`, generation failed, no stage visited.
 2. One: those answers must all be the same once whitespace and LaTeX spacing are dropped (`\\dfrac{1}{2}`
    and `\\frac12` are `\\frac{1}{2}`); otherwise the response is `wrong` without a stage ("gives 2 different
-   final answers"), whichever of them is right. The final answer is then the last one.
+   final answers"), whichever of them is right. The final answer is then the last one. Admission runs in the
+   trainer's client, so it reads no flood: a response writing `\\boxed`/`\\fbox`, `####` or "answer" more than
+   1,000 times, or more than 20,000 braces from its first box on, is `wrong` unread (`workers.extract.answer_flood`),
+   and so are answers that differ as text and run past `MAX_COMPARED` (64 Ki) characters in all.
 3. One value: the reference is one value unless its text or its parse shows several (the tests below). Against
    a one-value reference, an answer that holds several values is `wrong` ("gives several values (a set)"),
    decided by `workers.pipelines.math_answer` before math-verify's verdict, from its text: `\\pm` / `\\mp`;
@@ -57,16 +60,17 @@ from typing import Any
 from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
-from workers.extract import extract_answer, final_answers
+from workers.extract import answer_flood, extract_answer, final_answers
 from workers.pipelines import math_numbers
 from workers.pipelines.common import contained, text_field
-from workers.shown import clip
 from workers.pipelines.math_answer import (count_numbers, distinct_answers, restated_parsed, restated_text,
                                            several_values_parsed, several_values_text)
 from workers.pipelines.math_numbers import (Number, OutOfRange, compared_values, literal, loose_digits, normalize,
                                             parsed_number, same_value)
+from workers.shown import clip
 
 LIMITS = sandbox.Limits(memory_bytes=2 * sandbox.GiB, nproc=4, output_bytes=1 * sandbox.MiB)
+MAX_COMPARED = 1 << 16  # characters of differing final answers compared at admission (each is normalised)
 
 
 def _reference(payload: Mapping[str, Any]) -> str:
@@ -82,14 +86,25 @@ def _answers(payload: Mapping[str, Any]) -> tuple[str, str | None]:
 
 def admit(payload: Mapping[str, Any]) -> Admission:
     _reference(payload)
-    answers = final_answers(text_field(payload, "response"))
+    response = text_field(payload, "response")
+    flood = answer_flood(response)
+    if flood:  # counted, not read: admission runs in the trainer's client
+        return Admission((), Status.WRONG, 0.0, flood, Outcome.GENERATION_FAILED)
+    answers = final_answers(response)
     if not answers:
         return Admission((), Status.WRONG, 0.0, "no final answer found in the response", Outcome.GENERATION_FAILED)
-    different = distinct_answers(answers)
-    if len(different) > 1:
-        shown = ", ".join(repr(a[:60]) for a in different[:4]) + (", ..." if len(different) > 4 else "")
-        message = f"the response gives {len(different)} different final answers ({shown}): exactly one counts"
-        return Admission((), Status.WRONG, 0.0, message, Outcome.GENERATION_FAILED)
+    unique = list(dict.fromkeys(answers))  # the same text is the same answer: nothing to compare
+    if len(unique) > 1:
+        written = sum(map(len, unique))
+        if written > MAX_COMPARED:
+            message = (f"the response gives {len(unique)} final answers that differ as text, {written} characters "
+                       f"in all: at most {MAX_COMPARED} are compared, and exactly one counts")
+            return Admission((), Status.WRONG, 0.0, message, Outcome.GENERATION_FAILED)
+        different = distinct_answers(unique)
+        if len(different) > 1:
+            shown = ", ".join(repr(a[:60]) for a in different[:4]) + (", ..." if len(different) > 4 else "")
+            message = f"the response gives {len(different)} different final answers ({shown}): exactly one counts"
+            return Admission((), Status.WRONG, 0.0, message, Outcome.GENERATION_FAILED)
     return Admission(("verify",))
 
 

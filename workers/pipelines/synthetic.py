@@ -8,12 +8,13 @@ timeout is cut at the timeout and reported as `timeout` at that stage, as the re
 
 from __future__ import annotations
 
+import heapq
 import time
 from typing import Any, Mapping, Sequence
 
 from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext, StageOutcome
 from farm.results import Outcome, Status
-from workers.pipelines.common import finite, shown
+from workers.pipelines.common import SHOWN_ITEMS, finite, shown
 
 # The CUDA reward service of the paper (§3, Figure 6): compile on CPUs (120 s timeout), execute on a GPU (60 s).
 DEFAULT_STAGES = (
@@ -29,7 +30,8 @@ def stage_times(payload: Mapping[str, Any], stage_names: Sequence[str]) -> list[
     if raw is None:
         raise InvalidInput("synthetic payload needs 'times': a list of per-stage seconds or an object by stage name")
     if isinstance(raw, Mapping):
-        unknown = sorted(set(raw) - set(stage_names))
+        # the first names only: a refusal shows a few, and the payload may name a hundred thousand
+        unknown = heapq.nsmallest(SHOWN_ITEMS + 1, set(raw) - set(stage_names))
         if unknown:
             raise InvalidInput(f"synthetic payload names unknown stages {shown(unknown)}; "
                                f"stages are {list(stage_names)}")
