@@ -11,7 +11,7 @@ from farm.pipeline import InvalidInput
 from farm.protocol.calls import admit, canonical_json
 from farm.results import Outcome, Status
 from workers.extract import MAX_FENCES, MAX_MARKS
-from workers.pipelines import code, cuda, math
+from workers.pipelines import code, cuda
 from workers.pipelines.common import finite_list
 
 pytestmark = pytest.mark.timeout(120)

@@ -24,7 +24,7 @@ BINARY_CAP = 16 * sandbox.MiB
 TAIL = 2000  # characters of compiler or program output kept in a message
 
 SHOWN_CHARS = 200
-SHOWN_ITEMS = _SHOWN.maxlist  # of a list, then '...'
+SHOWN_ITEMS = 6  # items of a list named in a refusal, then "..."
 
 
 def shown(value: Any) -> str:
