@@ -33,7 +33,9 @@ def stage_times(payload: Mapping[str, Any], stage_names: Sequence[str]) -> list[
         # the first names only: a refusal shows a few, and the payload may name a hundred thousand
         unknown = heapq.nsmallest(SHOWN_ITEMS + 1, set(raw) - set(stage_names))
         if unknown:
-            raise InvalidInput(f"synthetic payload names unknown stages {shown(unknown)}; "
+            named = ", ".join(shown(name) for name in unknown[:SHOWN_ITEMS])
+            more = ", ..." if len(unknown) > SHOWN_ITEMS else ""
+            raise InvalidInput(f"synthetic payload names unknown stages [{named}{more}]; "
                                f"stages are {list(stage_names)}")
         values = [raw.get(name, 0.0) for name in stage_names]
     elif isinstance(raw, (list, tuple)):
