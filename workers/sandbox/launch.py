@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from workers.sandbox import cgroups, root
 from workers.sandbox.limits import Limits, SandboxUnavailable
 
-PROCESSES = 1  # bubblewrap's PID namespace init, besides the program's own (its monitor stays outside the group)
+PROCESSES = 2  # bubblewrap's monitor and its PID namespace's init, besides the program's own
 _NAMESPACES = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
                "--unshare-cgroup-try", "--disable-userns", "--uid", str(root.UID), "--gid", str(root.UID),
                "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -38,6 +38,15 @@ _START_S = 10.0  # bubblewrap reports its namespace child within this, or the ma
 
 def tool(name: str) -> str | None:
     return shutil.which(name, path=_TOOLS)
+
+
+def _admit(group: cgroups.RunGroup, pid: int) -> bool:
+    """Moves a process into the run's group; False when it has died (in its setup: a launch that failed)."""
+    try:
+        group.admit(pid)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _tool_or_fail(name: str) -> str:
@@ -81,15 +90,14 @@ class Launch:
         os.close(status_write)
         os.close(block_read)
         try:
+            # bubblewrap's monitor first, while it starts: the first move into a cgroup waits for an RCU grace
+            # period (7-8 ms here), which its exec and setup overlap; its namespace child's move, next, is quick
+            _admit(self.group, proc.pid)
             child = self._namespace_child(status_read)
             if child is not None:  # else bubblewrap failed before its clone: the caller finds no exit-code
-                # the namespace child only: the program descends from it (bubblewrap's monitor outside is ours);
-                # one move into a cgroup waits for an RCU grace period, which bubblewrap's setup overlaps
-                try:
-                    self.group.admit(child)
+                # the namespace child too: it may have been cloned before its parent's move took effect
+                if _admit(self.group, child):
                     os.write(block_write, b"1")
-                except ProcessLookupError:  # it died in its setup: the caller finds no exit-code
-                    pass
         except BaseException:
             proc.kill()
             proc.wait()
