@@ -39,16 +39,22 @@ def _judge(program: str, **payload) -> object:
 
 
 def _sandbox_processes() -> list[int]:
-    """Processes still running as a sandbox uid anywhere on the machine."""
+    """Processes still running as a sandbox uid anywhere on the machine (a zombie runs nothing: the host's init
+    reaps bubblewrap's namespace init when it will)."""
     pool = uids.uid_range()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in pool:
+            if os.stat(f"/proc/{pid}").st_uid in pool and _state(pid) != "Z":
                 found.append(int(pid))
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             pass
     return found
+
+
+def _state(pid: str) -> str:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rpartition(")")[2].split()[0]
 
 
 def _leftover_dirs() -> list[str]:

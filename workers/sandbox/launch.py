@@ -65,6 +65,7 @@ class Launch:
         self.contained, self.argv, self.limits, self.uid, self.group = contained, list(argv), limits, uid, group
         self.workdir, self.root_args = workdir, list(root_args)
         self.status = bytearray()  # bubblewrap's documents read so far
+        self.child: int | None = None  # bubblewrap's namespace child: the init of the run's PID namespace
 
     def start(self, **popen: Any) -> tuple[subprocess.Popen, int | None]:
         """The running program, and the descriptor bubblewrap writes its status to (None uncontained; the
@@ -93,7 +94,7 @@ class Launch:
             # bubblewrap's monitor first, while it starts: the first move into a cgroup waits for an RCU grace
             # period (7-8 ms here), which its exec and setup overlap; its namespace child's move, next, is quick
             _admit(self.group, proc.pid)
-            child = self._namespace_child(status_read)
+            child = self.child = self._namespace_child(status_read)
             if child is not None:  # else bubblewrap failed before its clone: the caller finds no exit-code
                 # the namespace child too: it may have been cloned before its parent's move took effect
                 if _admit(self.group, child):

@@ -98,7 +98,7 @@ class Spawned:
 
     def _end(self) -> None:
         if self._proc.poll() is None:
-            _kill_group(self._proc)
+            _stop(self._proc, self._prepared.launch)
         self._prepared.finish()
         self._stderr.close()
         if self._status is not None:
@@ -222,7 +222,7 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
             os.close(status_read)
         killed = proc.poll() is None or timed_out or exceeded
         if killed:
-            _kill_group(proc)
+            _stop(proc, launch)
         for fh in (proc.stdin, proc.stdout, proc.stderr):
             if fh and not fh.closed:
                 fh.close()
@@ -239,8 +239,21 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
                      memory_exceeded=memory_exceeded)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher's group: bubblewrap's monitor, whose death takes the PID namespace down with it."""
+def _stop(proc: subprocess.Popen, launch: Launch) -> None:
+    """Ends a run from the inside out: SIGKILL to its PID namespace's init takes every process of the namespace
+    down with it, and bubblewrap's monitor, seeing it gone, exits. The launcher's group is killed only if that
+    fails, or where there is no namespace (uncontained). (The monitor does not reap the init: the host's init
+    does, as it does after every bubblewrap run; until then it is a zombie of the run's uid, which runs nothing.)"""
+    if launch.child is not None:
+        try:
+            os.kill(launch.child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            log.error("sandbox: launcher %d outlived its namespace's init by 5 s", proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
