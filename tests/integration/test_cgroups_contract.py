@@ -13,6 +13,7 @@ import time
 import pytest
 
 from workers.sandbox.cgroups import CgroupsUnavailable, v1, v2
+from workers.sandbox import uids
 from workers.sandbox.cgroups.mounts import mounts, own_groups
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")]
@@ -28,8 +29,17 @@ def hierarchy(request):
 
 
 @pytest.fixture
-def group(hierarchy):
-    made = hierarchy.create(f"run-{os.getpid()}-t{secrets.token_hex(3)}", 128 << 20, 8)
+def lease():
+    """A uid of the pool held for the test: its groups are named after it, as runs' are, so that no sweep of
+    another process (which removes groups whose uid is free) takes them meanwhile."""
+    held = uids.lease_uid("root")
+    yield held.uid
+    held.release()
+
+
+@pytest.fixture
+def group(hierarchy, lease):
+    made = hierarchy.create(f"run-{lease}-t{secrets.token_hex(3)}", 128 << 20, 8)
     yield made
     made.remove()
 
@@ -60,15 +70,15 @@ def test_memory_is_capped_for_the_group_as_a_whole(group):
 
 
 def test_the_number_of_processes_is_capped_for_the_group(group):
-    code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n            time.sleep(5)\n"
+    code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n            time.sleep(1)\n"
             "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")
     out, _ = _start(group, code).communicate(timeout=30)
     assert int(out) < 8
     group.kill()
 
 
-def test_a_removed_group_is_gone_and_a_group_left_behind_is_found_and_removed(hierarchy):
-    left = hierarchy.create(f"run-{os.getpid()}-left{secrets.token_hex(3)}", None, 4)
+def test_a_removed_group_is_gone_and_a_group_left_behind_is_found_and_removed(hierarchy, lease):
+    left = hierarchy.create(f"run-{lease}-left{secrets.token_hex(3)}", None, 4)
     name = os.path.basename(left.paths[0])
     sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=left.join)
     left.close_fds()  # the worker that made it was killed

@@ -14,7 +14,7 @@ from farm.results import Status
 from workers import sandbox
 from workers.pipelines import code
 from workers.runner import score
-from workers.sandbox import uids
+from workers.sandbox import program, uids, verifier
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root")]
 
@@ -38,14 +38,14 @@ def _judge(program: str, **payload) -> object:
     return score(code.pipeline, {"response": f"```python\n{program}\n```", "tests": {"cases": CASE, "time_limit_s": 2}, **payload})
 
 
-def _sandbox_processes() -> list[int]:
-    """Processes still running as a sandbox uid anywhere on the machine (a zombie runs nothing: the host's init
-    reaps bubblewrap's namespace init when it will)."""
-    pool = uids.uid_range()
+def _processes_of(leased: set[int]) -> list[int]:
+    """Processes still running, anywhere on the machine, as a uid the test's runs were given (a zombie runs
+    nothing: the host's init reaps bubblewrap's namespace init when it will). Other tests' runs, which may go
+    on at the same time, hold other uids."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid in pool and _state(pid) != "Z":
+            if os.stat(f"/proc/{pid}").st_uid in leased and _state(pid) != "Z":
                 found.append(int(pid))
         except (FileNotFoundError, ProcessLookupError):
             pass
@@ -57,22 +57,33 @@ def _state(pid: str) -> str:
         return fh.read().rpartition(")")[2].split()[0]
 
 
-def _leftover_dirs() -> list[str]:
+def _directories_of(leased: set[int]) -> list[str]:
     root = sandbox.sandbox_root()
     if not os.path.isdir(root):  # a fresh machine: the first run creates it
         return []
-    return [d for d in os.listdir(root) if d.startswith("run-")]
+    return [d for d in os.listdir(root) if d.startswith(tuple(f"run-{uid}-" for uid in leased))]
 
 
 @pytest.fixture
-def clean_afterwards():
-    before = set(_leftover_dirs())
+def clean_afterwards(monkeypatch):
+    """After the test: no process of the uids its runs were given still runs, no working directory of theirs is
+    left, and the same worker process serves the next request."""
+    leased: set[int] = set()
+
+    def recording(m, lease=uids.lease_uid):
+        held = lease(m)
+        leased.add(held.uid)
+        return held
+
+    for module in (program, verifier):
+        monkeypatch.setattr(module, "lease_uid", recording)
     yield
+    assert leased, "the test ran nothing in the sandbox"
     deadline = time.monotonic() + 5
-    while _sandbox_processes() and time.monotonic() < deadline:
+    while _processes_of(leased) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _sandbox_processes() == []
-    assert set(_leftover_dirs()) <= before
+    assert _processes_of(leased) == []
+    assert _directories_of(leased) == []
     assert score(code.pipeline, CANARY).status is Status.OK
 
 

@@ -106,7 +106,7 @@ def test_the_process_limit_stops_a_fork_bomb():
 def test_runs_given_the_same_uid_one_after_another_all_start(monkeypatch):
     # one uid for every run: what an earlier run left in the kernel's count of that uid's processes (killed, not yet
     # reaped, its namespaces not yet freed) must not count against the next; a cgroup caps each run instead
-    monkeypatch.setenv("FARM_SANDBOX_UIDS", f"{uids.uid_range().stop - 2}")
+    monkeypatch.setenv("FARM_SANDBOX_UIDS", "62998")  # outside the default pool: no other test's run takes it
     started = [_py("print('started')", limits=sandbox.Limits(wall_s=5, nproc=16)).stdout for _ in range(30)]
     assert started == [b"started\n"] * 30
 
@@ -114,7 +114,7 @@ def test_runs_given_the_same_uid_one_after_another_all_start(monkeypatch):
 def test_memory_is_capped_for_the_run_as_a_whole_not_per_process():
     # three children under the per-process cap each, together past the run's: the kernel kills one
     code = ("import os, time\nfor _ in range(3):\n if os.fork() == 0:\n  b = bytearray(120 << 20)\n"
-            "  b[::4096] = b'x' * len(b[::4096])\n  time.sleep(5)\n  os._exit(0)\n"
+            "  b[::4096] = b'x' * len(b[::4096])\n  time.sleep(2)\n  os._exit(0)\n"
             "print(sorted(os.wait()[1] for _ in range(3)))")
     r = _py(code, limits=sandbox.Limits(wall_s=20, memory_bytes=256 * sandbox.MiB))
     assert r.memory_exceeded and r.stdout != b"[0, 0, 0]\n", r
