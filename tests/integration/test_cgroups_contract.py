@@ -45,7 +45,8 @@ def group(hierarchy, lease):
 
 
 def _start(group, code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-I", "-S", "-c", code], preexec_fn=group.join, stdout=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", code], preexec_fn=lambda: group.admit(os.getpid()),
+                            stdout=subprocess.PIPE)
 
 
 def test_a_process_that_joins_a_group_is_listed_and_killed_with_it_even_in_a_session_of_its_own(group):
@@ -64,14 +65,16 @@ def test_a_process_that_joins_a_group_is_listed_and_killed_with_it_even_in_a_ses
 
 def test_memory_is_capped_for_the_group_as_a_whole(group):
     code = ("import os\nfor _ in range(2):\n    if os.fork() == 0:\n        b = bytearray(100 << 20)\n"
-            "        b[::4096] = b'x' * len(b[::4096])\n        os._exit(0)\nprint(sorted(os.wait()[1] for _ in range(2)))")
+            "        b[::4096] = b'x' * len(b[::4096])\n        os._exit(0)\n"
+            "print(sorted(os.wait()[1] for _ in range(2)))")
     out, _ = _start(group, code).communicate(timeout=30)
-    assert out != b"[0, 0]\n" and group.usage().oom_killed
+    assert out != b"[0, 0]\n" and group.oom_killed()
 
 
 def test_the_number_of_processes_is_capped_for_the_group(group):
-    code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n            time.sleep(1)\n"
-            "            os._exit(0)\n        n += 1\n    except OSError:\n        break\nprint(n)")
+    code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n"
+            "            time.sleep(1)\n            os._exit(0)\n        n += 1\n"
+            "    except OSError:\n        break\nprint(n)")
     out, _ = _start(group, code).communicate(timeout=30)
     assert int(out) < 8
     group.kill()
@@ -80,7 +83,7 @@ def test_the_number_of_processes_is_capped_for_the_group(group):
 def test_a_removed_group_is_gone_and_a_group_left_behind_is_found_and_removed(hierarchy, lease):
     left = hierarchy.create(f"run-{lease}-left{secrets.token_hex(3)}", None, 4)
     name = os.path.basename(left.paths[0])
-    sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=left.join)
+    sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: left.admit(os.getpid()))
     left.close_fds()  # the worker that made it was killed
     assert name in hierarchy.stale()
     assert hierarchy.adopt(name).remove()

@@ -84,7 +84,8 @@ def describe() -> str:
     m = mode()
     if m == "uncontained":
         return "sandbox: NONE (FARM_SANDBOX_ALLOW_UNCONTAINED=1): rlimits only, for development"
-    version = subprocess.run([launch.tool("bwrap") or "bwrap", "--version"], capture_output=True, text=True).stdout.strip()
+    bwrap = launch.tool("bwrap") or "bwrap"
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
     hierarchy = cgroups.probe()
     return (f"sandbox: {version}, allow-list root, namespaces user/mount/pid/net/ipc/uts/cgroup; per-run "
             f"memory and process limits by {hierarchy.describe()}")

@@ -34,6 +34,7 @@ _NAMESPACES = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-ne
                "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 _TOOLS = "/usr/bin:/bin:/usr/local/bin"  # not the PATH: no stand-in launcher
 _START_S = 10.0  # bubblewrap reports its namespace child within this, or the machine cannot contain code
+_STATUS_CAP = 1 << 16  # bytes kept of bubblewrap's status documents
 
 
 def tool(name: str) -> str | None:
@@ -108,6 +109,17 @@ class Launch:
             os.close(block_write)
         return proc, status_read
 
+    def note_status(self, chunk: bytes) -> None:
+        """More of what bubblewrap wrote on its status descriptor (kept up to a cap)."""
+        self.status += chunk[:max(0, _STATUS_CAP - len(self.status))]
+
+    def failure(self, returncode: int | None, stderr: str) -> str | None:
+        """Why bubblewrap never started the program (its status holds no `exit-code` document), once the
+        launcher has ended on its own; None when it did start it, or uncontained."""
+        if not self.contained or b'"exit-code"' in self.status:
+            return None
+        return f"the sandbox could not start the program (exit status {returncode}): {stderr.strip()[-300:]}"
+
     def _namespace_child(self, fd: int) -> int | None:
         """The pid of bubblewrap's namespace child, from its first status document; None if it ended first."""
         deadline = time.monotonic() + _START_S
@@ -120,7 +132,7 @@ class Launch:
                 chunk = os.read(fd, 4096)
                 if not chunk:
                     return None
-                self.status += chunk
+                self.note_status(chunk)
         first = self.status[:self.status.index(b"\n")]
         try:
             return int(json.loads(first)["child-pid"])

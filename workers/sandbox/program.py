@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, replace
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from workers.sandbox import cgroups, isolation, root
 from workers.sandbox.isolation import _environment
@@ -29,7 +29,6 @@ from workers.sandbox.uids import lease_uid, sweep_stale
 from workers.sandbox.workdir import _Workdir
 
 log = logging.getLogger(__name__)
-_STATUS_CAP = 1 << 16  # bytes kept of bubblewrap's status documents
 
 
 def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: bytes = b"",
@@ -57,7 +56,7 @@ class _Prepared:
         if self.group is None:
             return False
         self.group.kill()
-        return self.group.usage().oom_killed
+        return self.group.oom_killed()
 
 
 class Spawned:
@@ -90,11 +89,8 @@ class Spawned:
             return None
         launch = self._prepared.launch
         while chunk := _read_ready(self._status):
-            launch.status += chunk[:max(0, _STATUS_CAP - len(launch.status))]
-        if b'"exit-code"' in launch.status:
-            return None
-        return (f"the sandbox could not start the program (exit status {self._proc.returncode}): "
-                f"{self.stderr_head().decode(errors='replace').strip()[-300:]}")
+            launch.note_status(chunk)
+        return launch.failure(self._proc.returncode, self.stderr_head().decode(errors="replace"))
 
     def _end(self) -> None:
         if self._proc.poll() is None:
@@ -164,7 +160,7 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
     started = time.monotonic()
     deadline = started + limits.wall_s
     proc, status_read = launch.start(env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr, status = bytearray(), bytearray(), launch.status
+    stdout, stderr = bytearray(), bytearray()
     out = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
     timed_out = exceeded = False
     pending = memoryview(stdin)
@@ -194,7 +190,7 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
                         sel.unregister(fd)
                         continue
                     if fd == status_read:
-                        status += chunk[:max(0, _STATUS_CAP - len(status))]
+                        launch.note_status(chunk)
                         continue
                     room = limits.output_bytes - len(out[fd])
                     out[fd] += chunk[:max(0, room)]
@@ -229,9 +225,8 @@ def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: L
         memory_exceeded = prepared.finish()
     wall = time.monotonic() - started
     rc = proc.returncode
-    if launch.contained and not killed and b'"exit-code"' not in status:
-        raise SandboxUnavailable(f"the sandbox could not start the program (exit status {rc}): "
-                                 f"{stderr.decode(errors='replace').strip()[-300:]}")
+    if not killed and (why := launch.failure(rc, stderr.decode(errors="replace"))):
+        raise SandboxUnavailable(why)
     sig = -rc if rc < 0 else (rc - 128 if 128 < rc < 128 + 65 else None)  # bubblewrap reports a signal as 128+n
     if sig == signal.SIGXCPU:
         timed_out = True
@@ -245,23 +240,27 @@ def _stop(proc: subprocess.Popen, launch: Launch) -> None:
     fails, or where there is no namespace (uncontained). (The monitor does not reap the init: the host's init
     does, as it does after every bubblewrap run; until then it is a zombie of the run's uid, which runs nothing.)"""
     if launch.child is not None:
-        try:
-            os.kill(launch.child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=5)
+        _signal(lambda: os.kill(launch.child, signal.SIGKILL))
+        if _ended(proc, 5, "outlived its namespace's init by"):
             return
-        except subprocess.TimeoutExpired:
-            log.error("sandbox: launcher %d outlived its namespace's init by 5 s", proc.pid)
+    _signal(lambda: os.killpg(proc.pid, signal.SIGKILL))
+    _ended(proc, 10, "survived SIGKILL for")
+
+
+def _signal(send: Callable[[], None]) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        send()
     except ProcessLookupError:
         pass
+
+
+def _ended(proc: subprocess.Popen, timeout_s: float, otherwise: str) -> bool:
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=timeout_s)
+        return True
     except subprocess.TimeoutExpired:
-        log.error("sandbox: launcher %d survived SIGKILL for 10 s", proc.pid)
+        log.error("sandbox: launcher %d %s %g s", proc.pid, otherwise, timeout_s)
+        return False
 
 
 def probe_run() -> str | None:

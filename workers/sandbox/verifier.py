@@ -12,6 +12,7 @@ over on a function problem.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -109,9 +110,13 @@ def _kill_pid_group(pid: int) -> None:
 
 def _empty_root() -> str:
     """The root a verifier child sees: an empty directory it cannot write to (root-owned, 0555)."""
-    path = os.path.join(isolation.state_root(), "empty")
-    if not os.path.isdir(path):
-        os.makedirs(path, mode=0o555, exist_ok=True)
+    return _empty_in(isolation.state_root())
+
+
+@functools.lru_cache(maxsize=4)
+def _empty_in(state: str) -> str:
+    path = os.path.join(state, "empty")
+    os.makedirs(path, mode=0o555, exist_ok=True)
     os.chmod(path, 0o555)
     return path
 

@@ -19,10 +19,10 @@ import functools
 import os
 
 from workers.sandbox.cgroups import v1, v2
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, RunGroup, Usage, read
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, RunGroup, read
 from workers.sandbox.cgroups.mounts import Mount, mounts, own_groups
 
-__all__ = ["CgroupsUnavailable", "Hierarchy", "RunGroup", "Usage", "probe"]
+__all__ = ["CgroupsUnavailable", "Hierarchy", "RunGroup", "probe"]
 
 
 @functools.lru_cache(maxsize=1)

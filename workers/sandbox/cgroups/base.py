@@ -8,21 +8,12 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
 
 log = logging.getLogger("workers.sandbox.cgroups")
 
 
 class CgroupsUnavailable(RuntimeError):
     """This machine offers no cgroup hierarchy the sandbox can write to."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What a run used, read just before its group is removed."""
-
-    memory_peak_bytes: int | None
-    oom_killed: bool  # the kernel killed a process of the run at its memory limit
 
 
 class RunGroup:
@@ -32,10 +23,6 @@ class RunGroup:
         self.hierarchy, self.paths = hierarchy, paths
         self.join_fds: tuple[int, ...] = tuple(
             os.open(os.path.join(p, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC) for p in paths)
-
-    def join(self) -> None:
-        """Moves the calling process into the group (a verifier's forked child, before anything else)."""
-        self.admit(os.getpid())
 
     def admit(self, pid: int) -> None:
         """Moves a process into the group (bubblewrap's, while it waits to start the program)."""
@@ -65,8 +52,9 @@ class RunGroup:
         if self.pids():  # most runs have ended by now: no freezing, no listing twice
             self.hierarchy.kill(self)
 
-    def usage(self) -> Usage:
-        return self.hierarchy.usage(self)
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the run at its memory limit."""
+        return self.hierarchy.oom_killed(self)
 
     def remove(self, wait_s: float = 2.0) -> bool:
         """Kills what is left and removes the group; False (and a log line) when it stays busy: the sweep
@@ -169,7 +157,7 @@ class Hierarchy:
     def kill(self, group: RunGroup) -> None:
         raise NotImplementedError
 
-    def usage(self, group: RunGroup) -> Usage:
+    def oom_killed(self, group: RunGroup) -> bool:
         raise NotImplementedError
 
 

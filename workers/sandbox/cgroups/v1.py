@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, Usage, counted, kill_listed, read, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_listed, read, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -41,11 +41,9 @@ class V1(Hierarchy):
             if freezer:
                 write(os.path.join(freezer, "freezer.state"), "THAWED")  # killed processes die once thawed
 
-    def usage(self, group):
-        memory = group.paths[0]
-        peak = read(os.path.join(memory, "memory.max_usage_in_bytes"))
-        oom = read(os.path.join(memory, "memory.oom_control")) or ""  # its oom_kill count: Linux 4.13
-        return Usage(int(peak) if peak else None, counted(oom, "oom_kill") > 0)
+    def oom_killed(self, group):
+        oom = read(os.path.join(group.paths[0], "memory.oom_control")) or ""  # its oom_kill count: Linux 4.13
+        return counted(oom, "oom_kill") > 0
 
 
 def make(mounts: list[Mount], own: dict[str, str], relative: str | None) -> V1:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, Usage, counted, kill_listed, log, read, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_listed, log, read, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -44,11 +44,9 @@ class V2(Hierarchy):
         finally:
             write(os.path.join(path, "cgroup.freeze"), "0")
 
-    def usage(self, group):
+    def oom_killed(self, group):
         (path,) = group.paths
-        events = read(os.path.join(path, "memory.events")) or ""
-        peak = read(os.path.join(path, "memory.peak"))  # Linux 5.19
-        return Usage(int(peak) if peak else None, counted(events, "oom_kill") > 0)
+        return counted(read(os.path.join(path, "memory.events")) or "", "oom_kill") > 0
 
 
 def make(mounts: list[Mount], own: dict[str, str], relative: str | None) -> V2:
