@@ -47,9 +47,7 @@ def db() -> None:
 @database_option
 def upgrade(revision: str, database_url: str | None) -> None:
     """Migrate the store up to REVISION (default: head)."""
-    url = resolve_url(database_url)
-    _run(store.upgrade, url, revision)
-    click.echo(f"{store.safe_url(url)}: at revision {_run(store.current, url) or 'base'}")
+    _migrate(store.upgrade, database_url, revision)
 
 
 @db.command()
@@ -57,8 +55,12 @@ def upgrade(revision: str, database_url: str | None) -> None:
 @database_option
 def downgrade(revision: str, database_url: str | None) -> None:
     """Migrate the store down to REVISION ('base' drops every table of the farm)."""
+    _migrate(store.downgrade, database_url, revision)
+
+
+def _migrate(move, database_url: str | None, revision: str) -> None:
     url = resolve_url(database_url)
-    _run(store.downgrade, url, revision)
+    _run(move, url, revision)
     click.echo(f"{store.safe_url(url)}: at revision {_run(store.current, url) or 'base'}")
 
 
