@@ -6,6 +6,8 @@ import json
 import os
 from dataclasses import dataclass, replace
 
+from farm.protocol.keys import Keys
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -25,7 +27,7 @@ class Settings:
 
     def queue(self, stage_queue: str) -> str:
         """The Celery queue of a stage, e.g. `farm.synthetic.compile`."""
-        return f"{self.namespace}.{stage_queue}"
+        return Keys(self.namespace).broker(stage_queue)
 
     def with_(self, **changes) -> "Settings":
         return replace(self, **changes)

@@ -1,6 +1,6 @@
 """History events: what the hot path appends to a Redis stream and the recorder writes to the store.
 
-Workers and clients only XADD one small entry per fact (`{namespace}:events`, field `e`, JSON), so
+Workers and clients only XADD one small entry per fact (`Keys.events`, field `e`, JSON), so
 recording never waits on the database; the recorder drains the stream in bulk. Times are epoch seconds.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-STREAM = "{ns}:events"
+from farm.protocol.keys import Keys
 
 # kind -> the fields it carries (besides "kind"); the contract between emitters and the recorder.
 KINDS: dict[str, tuple[str, ...]] = {
@@ -32,7 +32,7 @@ KINDS: dict[str, tuple[str, ...]] = {
 
 
 def stream_key(namespace: str) -> str:
-    return STREAM.format(ns=namespace)
+    return Keys(namespace).events
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with options builds one per call

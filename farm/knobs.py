@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from farm.protocol.keys import Keys
+
 SCHEDULERS = ("ebf", "fcfs")
 
 
@@ -111,7 +113,7 @@ class Knobs:
 
 def redis_key(namespace: str) -> str:
     """Where the live copy of the knobs lives in Redis (JSON of `Knobs.to_dict()`); the store is the source of truth."""
-    return f"{namespace}:knobs"
+    return Keys(namespace).knobs
 
 
 def from_json(raw: str | bytes | None) -> Knobs:

@@ -24,6 +24,7 @@ from farm.celery_app import Tokens
 from farm.config import Settings
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, StageContext, StageOutcome, UnknownPipeline
+from farm.protocol import roster
 from farm.protocol.calls import advance_call, finish_call
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.keys import Keys
@@ -155,7 +156,7 @@ class StageWorker:
         """Idle for a lease time while requests wait: their tokens were lost (a client died between
         enqueue and publish, or a worker was killed holding an unpicked token, which the Redis broker
         only redelivers after its visibility timeout), so send one; a token too many costs an empty pick."""
-        if self.dispatch.redis.zcard(self.keys.queue(self.queue, "ebf")):
+        if roster.waiting(self.dispatch.redis, self.keys, self.queue):
             self.tokens.send(self.queue, timeout_for(self.queue, self.dispatch.knobs()))
 
     def requeued(self, queues, knobs: Knobs) -> None:
@@ -177,13 +178,12 @@ class StageWorker:
         interval = min(self.settings.lease_s / 3, 0.5)
         sweep_every = max(self.settings.lease_s / 2, interval)
         last_sweep = 0.0
-        seen = self.keys.queue(self.queue, "seen")
         while not self._stopped.wait(interval):
             try:
                 hold = self.hold
                 if hold is not None and self.dispatch.heartbeat(hold.token, hold.batch) != "open":
                     hold.stop.set()  # cancelled batch or lost lease: the stage may stop, its result is discarded
-                self.dispatch.redis.hset(seen, self.name, repr(time.time()))
+                roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
                 if hold is None and time.monotonic() - self.last_active > self.settings.lease_s:
                     self.last_active = time.monotonic()
                     self.wake_if_pending()

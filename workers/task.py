@@ -15,10 +15,10 @@ from celery.exceptions import TimeLimitExceeded
 from kombu.asynchronous import get_event_loop
 from redis.exceptions import RedisError
 
-from farm import events, registry
+from farm import registry
 from farm.config import Settings
+from farm.protocol import roster
 from farm.protocol.dispatch import Dispatch
-from farm.protocol.scripts import EVENTS_MAXLEN
 from farm.protocol.tokens import task_name
 from farm.results import Status
 from workers.stage import StageWorker
@@ -124,21 +124,14 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     @signals.worker_ready.connect(weak=False)
     def announce(**_: Any) -> None:
         d = Dispatch(settings)
-        now = time.time()
-        keys = d.keys
-        pipe = d.redis.pipeline(transaction=False)
-        pipe.sadd(keys.queues, queue)
-        pipe.hset(keys.queue(queue, "seen"), name, repr(now))
-        pipe.xadd(keys.events, events.encode("worker_ready", worker=name, stage=queue, at=now),
-                  maxlen=EVENTS_MAXLEN, approximate=True)
-        pipe.execute()
+        roster.announce(d.redis, d.keys, queue, name, time.time())
         d.close()
 
     @signals.worker_shutdown.connect(weak=False)
     def retire(**_: Any) -> None:
         try:
             d = Dispatch(settings)
-            d.redis.hdel(d.keys.queue(queue, "seen"), name)
+            roster.leave(d.redis, d.keys, queue, name)
             d.close()
         except RedisError:
             log.warning("could not unregister farm worker %s", name)

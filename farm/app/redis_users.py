@@ -3,9 +3,10 @@ client, not the gateway) logs in as a user of its own, whose password is its API
 token's SHA-256, as the store does) and whose keys are its own batches.
 
 What such a user may do: run the client's scripts and reads on its own batches (`<ns>:b:t<id>:*`) and their
-queues; add to the shared indexes, counters, history stream and stage queues the scripts write to, without
-reading them; read the knobs. What it may not: read, cancel or submit into another tenant's batch (its keys
-are not the user's), read the history stream or what waits in the queues, touch another namespace, or run
+pending requests in the stage queues; add to the shared indexes, counters, history stream and the stage
+queues' orders of batches the scripts write to, without reading them; read the knobs. Every pattern is a key
+of farm.protocol.keys. What it may not: read, cancel or submit into another tenant's batch or its pending
+requests (their keys are not the user's), read the history stream or the queues, touch another namespace, or run
 administrative or destructive commands. The shared indexes stay writable, so a hostile direct client could
 still disturb the schedule: direct Redis access is for tenants the operator trusts not to attack the farm
 (their own teams); others go through the gateway, which needs no Redis access at all (docs/gateway.md).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from farm.protocol.keys import Keys, QueuePart
 from farm.protocol.scope import Scope
 
 
@@ -28,17 +30,20 @@ def _glob(text: str) -> str:
 
 
 def rules(namespace: str, tenant_id: int, token_sha256: str) -> list[str]:
-    """The ACL SETUSER rules of the tenant's user, from nothing (`reset`)."""
-    ns, own = _glob(namespace), _glob(Scope(tenant_id).batch_prefix)
+    """The ACL SETUSER rules of the tenant's user, from nothing (`reset`). Every pattern is a key of
+    farm.protocol.keys, its namespace and the tenant's batch prefix matched literally."""
+    k, own = Keys(_glob(namespace)), _glob(Scope(tenant_id).batch_prefix)
     return [
-        "reset", "on", f"#{token_sha256}", "resetchannels", f"&{ns}:epochs",
-        # its own batches, and their pending-request lists in the stage queues
-        f"~{ns}:b:{own}*", f"~{ns}:q:*:l:{own}*",
-        # shared state the scripts write to: written, never read
-        f"%W~{ns}:q:*", f"%W~{ns}:events", f"%W~{ns}:batches", f"%W~{ns}:seen", f"%W~{ns}:queues", f"%W~{ns}.*",
+        "reset", "on", f"#{token_sha256}", "resetchannels", f"&{k.epochs}",
+        # its own batches (every Part follows the batch's key), and their pending-request lists in the stage queues
+        f"~{k.batch(own)}*", f"~{k.pending('*', own)}*",
+        # shared state the scripts write to: written, never read (of a stage queue, only its orders of batches:
+        # another tenant's pending requests are not this user's)
+        f"%W~{k.queue('*', QueuePart.ebf)}", f"%W~{k.queue('*', QueuePart.fcfs)}", f"%W~{k.events}",
+        f"%W~{k.batches}", f"%W~{k.seen}", f"%W~{k.queues}", f"%W~{k.broker('*')}",
         # counters and the task -> pipeline index (a task keeps one pipeline): read to be updated
-        f"~{ns}:seq", f"~{ns}:tokens", f"~{ns}:limits", f"~{ns}:tasks",
-        f"%R~{ns}:knobs",
+        f"~{k.seq}", f"~{k.tokens}", f"~{k.limits}", f"~{k.tasks}",
+        f"%R~{k.knobs}",
         # TIME: the scripts date a trainer's signs of life by Redis' clock (farm.protocol.silence)
         "-@all", "+@read", "+@write", "+@scripting", "+@connection", "+@transaction", "+publish", "+time",
         "-@dangerous",

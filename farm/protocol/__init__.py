@@ -8,6 +8,7 @@ mode), and a FIFO of pending requests per batch. Every state change appends its 
 same script.
 
 The shapes Python and Lua share are defined once here: the keys (`keys`), the wake-up token
-(`tokens`), the scripts and their arguments (`scripts`, `calls`); `live` reads the state back and
-`dispatch` runs the scripts synchronously. Calls are built without I/O so every client flavour shares them.
+(`tokens`), the scripts and their arguments (`scripts`, `calls`); `live` reads the state back, `reads` a
+batch for any reader, `roster` keeps the stages' workers, and `dispatch` runs the scripts synchronously.
+Calls are built without I/O so every client flavour shares them.
 """

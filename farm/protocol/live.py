@@ -11,7 +11,7 @@ from typing import Mapping
 from farm.config import Settings
 from farm.errors import BatchNotFound
 from farm.knobs import from_json
-from farm.protocol.keys import Keys, text
+from farm.protocol.keys import Keys, QueuePart, text
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,12 @@ def inspect(redis, settings: Settings, queues: list[str] | None = None, now: flo
     names = sorted(set(queues) if queues is not None else set(redis.smembers(k.queues)))
     stages = {}
     for q in names:
-        order = redis.zrange(k.queue(q, knobs.scheduler), 0, -1)
+        order = redis.zrange(k.queue(q, knobs.scheduler), 0, -1)  # the order its scheduler picks from
         pipe = redis.pipeline(transaction=False)
         for bid in order:
-            pipe.lrange(k.queue(q, f"l:{bid}"), 0, -1)
-        pipe.hgetall(k.queue(q, "busy"))
-        pipe.hgetall(k.queue(q, "seen"))
+            pipe.lrange(k.pending(q, bid), 0, -1)
+        pipe.hgetall(k.queue(q, QueuePart.busy))
+        pipe.hgetall(k.queue(q, QueuePart.seen))
         *lists, busy, seen = pipe.execute()
         pending = []
         for bid, entries in zip(order, lists):
@@ -169,13 +169,13 @@ def depths(redis, settings: Settings, now: float | None = None) -> dict[str, Que
     pipe = redis.pipeline(transaction=False)
     for q in names:
         pipe.zrange(k.queue(q, scheduler), 0, -1)
-        pipe.hlen(k.queue(q, "busy"))
-        pipe.hgetall(k.queue(q, "seen"))
+        pipe.hlen(k.queue(q, QueuePart.busy))
+        pipe.hgetall(k.queue(q, QueuePart.seen))
     replies = pipe.execute()
     pipe = redis.pipeline(transaction=False)
     for i, q in enumerate(names):
         for bid in replies[3 * i]:
-            pipe.llen(k.queue(q, f"l:{bid}"))
+            pipe.llen(k.pending(q, bid))
     lengths = iter(pipe.execute())
     out = {}
     for i, q in enumerate(names):

@@ -1,7 +1,8 @@
 """The history stream's fill: how far the recorder is behind, and whether the stream's cap dropped
 entries it had not recorded. While the history store is down the stream is the buffer; past its cap
 (`EVENTS_MAXLEN`, trimmed approximately by every XADD) the oldest unrecorded facts are gone, and that
-must be loud (the recorder's log, `farm status`, the metrics), never silent."""
+must be loud (the recorder's log, `farm status`, the metrics), never silent. History entries Python writes
+(the scripts write theirs with `emit`) go through `append`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ class StreamHealth:
         # every XADD trims to the cap (MAXLEN ~ keeps at least `cap`): a stream this long is losing its
         # oldest entries, and none of them was recorded (a recorder trims only what it committed)
         return self.length >= self.cap
+
+
+def append(redis: Any, keys: Keys, entry: dict[str, str], cap: int | None = EVENTS_MAXLEN) -> Any:
+    """Append one history entry (`farm.events.encode`), trimming the stream to about `cap` (None: untrimmed)."""
+    if cap is None:
+        return redis.xadd(keys.events, entry)
+    return redis.xadd(keys.events, entry, maxlen=cap, approximate=True)
 
 
 def _id_ms(entry_id: str) -> int:

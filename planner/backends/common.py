@@ -14,9 +14,10 @@ import redis
 
 from farm import events, registry
 from farm.config import Settings
+from farm.protocol import roster, stream
 from farm.protocol.calls import lapse_call
 from farm.protocol.keys import Keys
-from farm.protocol.scripts import SOURCES, argv
+from farm.protocol.scripts import SOURCES, run
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Lives:
     def __init__(self, client, namespace: str, backend: str) -> None:
         self._client = client
         self._namespace = namespace
-        self._key = events.stream_key(namespace)
+        self._keys = Keys(namespace)
         self._backend = backend
         self._pending: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -133,7 +134,7 @@ class Lives:
         """True when `worker` held a lease at `stage`, which now lapses. Only for a worker known to be gone:
         one still running would lose its request to another worker (its late result is discarded)."""
         try:
-            return bool(self._lapse(args=argv(self._namespace, False, lapse_call(worker, stage))))
+            return bool(run(self._lapse, self._namespace, lapse_call(worker, stage)))
         except Exception as exc:  # Redis away: the lease lapses by itself within lease_s, as it always did
             log.warning("could not give back the lease of gone worker %s (it lapses on its own): %s", worker, exc)
             return False
@@ -148,7 +149,7 @@ class Lives:
         with self._lock:
             while self._pending:
                 try:
-                    self._client.xadd(self._key, self._pending[0])
+                    stream.append(self._client, self._keys, self._pending[0], cap=None)  # untrimmed, as it was
                 except Exception as exc:  # Redis away: keep it for the next flush
                     log.warning("could not record a worker life event (%d pending): %s", len(self._pending), exc)
                     return False
@@ -157,8 +158,8 @@ class Lives:
 
 
 class Readiness:
-    """Which workers take requests: those in the farm's worker registry (`<ns>:q:<stage>:seen`), where a
-    worker enters on Celery's worker_ready and stays by its heartbeat.
+    """Which workers take requests: those on the stage's roster (farm.protocol.roster), where a worker enters
+    on Celery's worker_ready and stays by its heartbeat.
 
     The registry rather than the `worker_ready` events: the recorder trims the event stream as it drains
     it, so a backend reading the stream later could miss a worker's announcement and keep it starting forever."""
@@ -174,10 +175,7 @@ class Readiness:
         with self._lock:
             waiting = [(n, s) for n, s in workers.items() if n not in self._seen]
             if waiting:
-                pipe = self._client.pipeline(transaction=False)
-                for name, stage in waiting:
-                    pipe.hget(self._keys.queue(stage, "seen"), name)
-                for (name, _), raw in zip(waiting, pipe.execute()):
+                for (name, _), raw in zip(waiting, roster.last_beats(self._client, self._keys, waiting)):
                     if raw is not None:
                         self._seen[name] = min(float(raw), time.time())
             return {n: self._seen[n] for n in workers if n in self._seen}

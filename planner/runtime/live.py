@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from farm import registry
 from farm.knobs import Knobs
+from farm.protocol import reads
 from farm.protocol.keys import Keys
 from farm.protocol.live import inspect
 from farm.protocol.silence import silent
@@ -274,8 +275,8 @@ class LiveFarm:
                         and not silent(b.seen_at, knobs.abandon_after(), now)]
             pipe = self.redis.pipeline(transaction=False)
             for b in progress:
-                pipe.hgetall(keys.batch(b.batch_id, ":req"))
-                pipe.hgetall(keys.batch(b.batch_id, ":res"))
+                reads.request_states(pipe, keys, b.batch_id)
+                reads.stored_results(pipe, keys, b.batch_id)
             raw = pipe.execute() if progress else []
             batches = []
             for i, b in enumerate(progress):

@@ -4,7 +4,10 @@ administration. `farm tenants` makes, rotates and deletes the user."""
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
+import threading
 import time
 
 import pytest
@@ -102,6 +105,78 @@ def test_redis_refuses_the_history_stream_other_namespaces_and_administration(te
                       lambda: r.zrange(f"{namespace}:batches", 0, -1)):
         with pytest.raises(redis.exceptions.NoPermissionError):
             forbidden()
+
+
+def monitored(redis_url: str, namespace: str, run) -> list[list[str]]:
+    """Every command on the namespace's keys and channels (those inside the scripts included) while `run()`
+    runs, as Redis' MONITOR shows them; other namespaces' traffic is left out."""
+    sentinel = f"{namespace}-done-{time.time()}"
+    seen: list[list[str]] = []
+    watcher = redis.Redis.from_url(redis_url)
+    with watcher.monitor() as monitor:
+        def collect():
+            while True:
+                line = monitor.connection.read_response()
+                line = line.decode(errors="replace") if isinstance(line, bytes) else line
+                args = [codecs.decode(a, "unicode_escape") for a in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
+                if args == ["ECHO", sentinel]:
+                    return
+                if any(a == namespace or a.startswith((f"{namespace}:", f"{namespace}.")) for a in args[1:]):
+                    seen.append(args)
+        reader = threading.Thread(target=collect, daemon=True)
+        reader.start()
+        time.sleep(0.2)  # MONITOR is on before the first command
+        try:
+            run()
+        finally:
+            redis.Redis.from_url(redis_url).echo(sentinel)
+            reader.join(10)
+    watcher.close()
+    return seen
+
+
+def a_tenants_trainer(settings: Settings) -> None:
+    """What a trainer does with its batches (no worker runs: cancel and seal end them)."""
+    with RewardClient(settings) as client:
+        batch = client.open_batch("math", "synthetic", 4, "acl", group_size=2)
+        batch.submit("r0", QUICK, group="g0")
+        batch.submit_many([("r1", QUICK, "g0"), ("r2", QUICK, "g1")])
+        batch.heartbeat()
+        batch.progress()
+        batch.cancel()
+        assert [r.status.value for r in batch.gather(timeout=10)] == ["cancelled"] * 3
+        assert [g for g, _ in batch.completed_groups(timeout=10)] == ["g0", "g1"]
+        sealed = client.open_batch("math", "synthetic", 3, "sealed")
+        sealed.submit("r0", QUICK)
+        assert sealed.seal() == "sealed" and sealed.progress().size == 1
+        client.batch(sealed.id).cancel()
+
+
+def allowed(admin, user: str, command: list[str]) -> bool:
+    reply = admin.execute_command("ACL", "DRYRUN", user, *command)
+    return (reply.decode() if isinstance(reply, bytes) else reply) == "OK"
+
+
+def keys_of(admin, command: list[str]) -> list[str]:
+    try:
+        return [k.decode() if isinstance(k, bytes) else k for k in admin.command_getkeys(*command)]
+    except redis.exceptions.ResponseError:  # a command with no keys (EVALSHA of none, PUBLISH, TIME)
+        return []
+
+
+def test_every_key_a_tenants_batches_use_is_its_users_and_no_other_tenants(admin, redis_url, namespace):
+    for t in (7, 8):
+        redis_users.grant(admin, namespace, t, token_hash(new_token()))
+    # the trainer runs as the farm's own user, so that nothing is refused on the way and every command shows
+    commands = monitored(redis_url, namespace,
+                         lambda: a_tenants_trainer(Settings(redis_url=redis_url, namespace=namespace, tenant=7)))
+    assert any(c[0] == "EVALSHA" for c in commands) and any(c[0] == "XREAD" for c in commands)
+    refused = [c for c in commands if not allowed(admin, redis_users.username(namespace, 7), c)]
+    assert refused == []
+    own = [c for c in commands if any("t7:acl" in k or "t7:sealed" in k for k in keys_of(admin, c))]
+    assert {c[0] for c in own} >= {"HSET", "HGETALL", "XADD", "XREAD", "RPUSH"}
+    reached = [c for c in own if allowed(admin, redis_users.username(namespace, 8), c)]
+    assert reached == [], [c[:2] for c in reached]
 
 
 def test_a_withdrawn_user_can_no_longer_log_in(tenants, redis_url, namespace, admin):

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from farm.client.aio import AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, READ_COUNT, done_entries
+from farm.protocol import reads
 from farm.results import Result
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class ResultHub:
                     del watch.waiters[request_id]
 
     async def _follow(self, batch_id: str, watch: _Watch) -> None:
-        key, last = self.client.session.keys.batch(batch_id, ":done"), "0-0"
+        keys, last = self.client.session.keys, "0-0"
         touched = float("-inf")
         try:
             # a watch lives while someone waits; what it read stays for callers that come meanwhile
@@ -63,7 +64,7 @@ class ResultHub:
                     await self.client.touch([batch_id])
                     touched = time.monotonic()
                 reply = await self.client.call(
-                    lambda r: r.xread({key: last}, count=READ_COUNT, block=int(MAX_BLOCK_S * 1000)))
+                    lambda r: reads.results_after(r, keys, batch_id, last, READ_COUNT, int(MAX_BLOCK_S * 1000)))
                 for _, entries in reply or ():
                     for last, result in done_entries(entries):
                         if result is None:

@@ -8,8 +8,11 @@ by at most what they carry. The limit is there to stop a flood, not to bill to t
 from __future__ import annotations
 
 from farm.errors import InvalidInput
+from farm.protocol import reads
 from farm.protocol.calls import canonical_json
+from farm.protocol.keys import Keys
 from farm.protocol.live import Progress, parse_progress
+from farm.protocol.scripts import ADMIT_BATCH, OUTSTANDING, SOURCES, run
 
 
 class LimitExceeded(Exception):
@@ -20,58 +23,19 @@ class TooLarge(InvalidInput):
     """A payload over the tenant's limit (HTTP 413)."""
 
 
-# KEYS: the tenant's set of open batches. ARGV: batch, limit, the batch hash prefix.
-# 'added' when the batch is now counted, 'known' when it was already, 'full' when the tenant has `limit` open
-# batches; closed ones leave first.
-OPEN = """
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 'known' end
-local limit = tonumber(ARGV[2])
-if redis.call('SCARD', KEYS[1]) >= limit then
-  for _, bid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-    local state = redis.call('HGET', ARGV[3] .. bid, 'state')
-    if state ~= 'open' then redis.call('SREM', KEYS[1], bid) end
-  end
-  if redis.call('SCARD', KEYS[1]) >= limit then return 'full' end
-end
-redis.call('SADD', KEYS[1], ARGV[1])
-return 'added'
-"""
-
-# KEYS: the tenant's set of open batches. ARGV: the batch hash prefix. Requests arrived and not finished,
-# over the tenant's open batches (closed ones leave the set).
-OUTSTANDING = """
-local n = 0
-for _, bid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local f = redis.call('HMGET', ARGV[1] .. bid, 'state', 'arrived', 'done')
-  if f[1] == 'open' then
-    n = n + tonumber(f[2]) - tonumber(f[3])
-  elseif f[1] ~= 'cancelling' then
-    redis.call('SREM', KEYS[1], bid)
-  end
-end
-return n
-"""
-
-
 class Limits:
-    """The checks, for one farm namespace."""
+    """The checks, for one farm namespace: the scripts `admit_batch.lua` and `outstanding.lua`."""
 
     def __init__(self, redis, namespace: str) -> None:
         self.namespace = namespace
-        self._open = redis.register_script(OPEN)
-        self._outstanding = redis.register_script(OUTSTANDING)
-
-    def open_key(self, tenant_id: int) -> str:
-        return f"{self.namespace}:gw:t{tenant_id}:open"
-
-    @property
-    def batch_prefix(self) -> str:
-        return f"{self.namespace}:b:"
+        self.keys = Keys(namespace)
+        self._admit = redis.register_script(SOURCES[ADMIT_BATCH.name])
+        self._outstanding = redis.register_script(SOURCES[OUTSTANDING.name])
 
     async def admit_batch(self, redis, tenant_id: int, farm_batch: str, limit: int) -> bool:
         """True when the batch is counted now, False when it was already (opening it again attaches)."""
-        reply = await self._open(keys=[self.open_key(tenant_id)], args=[farm_batch, limit, self.batch_prefix],
-                                 client=redis)
+        reply = await run(self._admit, self.namespace,
+                        ADMIT_BATCH.call(tenant=tenant_id, batch=farm_batch, limit=limit), redis)
         if reply == "full":
             raise LimitExceeded(f"this tenant already has {limit} batches open (its limit): wait for one to "
                                 f"complete, or cancel or seal one")
@@ -79,14 +43,14 @@ class Limits:
 
     async def forget_batch(self, redis, tenant_id: int, farm_batch: str) -> None:
         """A batch that could not be opened after all is not counted."""
-        await redis.srem(self.open_key(tenant_id), farm_batch)
+        await redis.srem(self.keys.tenant_open(tenant_id), farm_batch)
 
     async def admit_requests(self, redis, tenant_id: int, count: int, limit: int, farm_id: str) -> Progress:
         """The batch's progress (BatchNotFound first: the batch decides whether there is anything to limit),
         once `count` more requests fit the tenant's limit; read in one round trip."""
         pipe = redis.pipeline(transaction=False)
-        pipe.hgetall(f"{self.batch_prefix}{farm_id}")
-        await self._outstanding(keys=[self.open_key(tenant_id)], args=[self.batch_prefix], client=pipe)  # queued
+        reads.progress(pipe, self.keys, farm_id)
+        await run(self._outstanding, self.namespace, OUTSTANDING.call(tenant=tenant_id), pipe)  # queued
         head, outstanding = await pipe.execute()
         progress = parse_progress(farm_id, head)
         if int(outstanding) + count > limit:

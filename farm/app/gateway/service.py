@@ -19,6 +19,7 @@ from farm.app.gateway.rolling import Roller, Rolling
 from farm.client.aio import AsyncBatch, AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, done_entries
 from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
+from farm.protocol import reads
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
 from farm.protocol.silence import Touched
@@ -131,10 +132,9 @@ class Gateway:
         """Results after `cursor`, waiting up to `wait_s` for the first one."""
         if not _CURSOR.match(cursor):
             raise InvalidInput(f"cursor must be '0-0' or a cursor this API returned, not {cursor!r:.100}")
-        farm_id = caller.scope.batch(batch_id)
-        key = self.client.session.keys.batch(farm_id, ":done")
+        farm_id, keys = caller.scope.batch(batch_id), self.client.session.keys
         await self._touch(farm_id)  # the batch's existence, and a sign of life from its trainer
-        reply = await self.client.call(lambda r: r.xread({key: cursor}, count=limit))
+        reply = await self.client.call(lambda r: reads.results_after(r, keys, farm_id, cursor, limit))
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.settings.max_wait_s)
         while True:
             out, complete = [], False  # the end marker follows the last result: complete once it is read
@@ -149,7 +149,7 @@ class Gateway:
             if time.monotonic() >= deadline:  # nothing after the cursor: complete if the batch has ended
                 return Page(out, cursor, (await self.client.progress(farm_id)).finished)
             block = max(1, int(min(deadline - time.monotonic(), MAX_BLOCK_S) * 1000))
-            reply = await self.client.call(lambda r: r.xread({key: cursor}, count=limit, block=block))
+            reply = await self.client.call(lambda r: reads.results_after(r, keys, farm_id, cursor, limit, block))
 
     async def groups(self, caller: Caller, batch_id: str, after: int, wait_s: float
                      ) -> tuple[list[tuple[str, list[Result]]], bool]:
@@ -169,9 +169,9 @@ class Gateway:
 
         async def read(r):
             pipe = r.pipeline(transaction=False)
-            pipe.hgetall(keys.batch(farm_id))
-            pipe.hgetall(keys.batch(farm_id, ":groups"))
-            pipe.xrange(keys.batch(farm_id, ":done"))
+            reads.progress(pipe, keys, farm_id)
+            reads.groups(pipe, keys, farm_id)
+            reads.all_results(pipe, keys, farm_id)
             return await pipe.execute()
         head, group_counts, entries = await self.client.call(read)
         if not head:
@@ -236,7 +236,7 @@ class Gateway:
         """Seal the rolling batches whose samples stopped coming."""
         sealed = 0
         roller = self.roller
-        for state in await self.client.call(lambda r: r.smembers(roller.registry)):
+        for state in await self.client.call(roller.states):
             found = await self.client.call(lambda r: roller.idle(r, state, time.time()))
             if found is not None:
                 tenant_id, name = found

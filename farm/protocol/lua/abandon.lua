@@ -1,15 +1,15 @@
 -- the hard time limit killed a worker's stage: finish the request it held with `status` and `message`.
-local busy = qkey(queue, 'busy')
+local busy = queue_key(queue, QPART.busy)
 local held = redis.call('HGET', busy, worker)
 if not held then return 'idle' end
 redis.call('HDEL', busy, worker)
 local h = cjson.decode(held)
-local b = P .. ':b:' .. h.batch
-if redis.call('HGET', b .. ':lease', h.request) ~= h.token then return 'lost' end
-redis.call('HDEL', b .. ':lease', h.request)
-redis.call('ZREM', P .. ':leases', h.token)
-local info = redis.call('HGET', P .. ':lease', h.token)
-redis.call('HDEL', P .. ':lease', h.token)
+local b = batch_key(h.batch)
+if redis.call('HGET', b .. PART.lease, h.request) ~= h.token then return 'lost' end
+redis.call('HDEL', b .. PART.lease, h.request)
+redis.call('ZREM', K.leases, h.token)
+local info = redis.call('HGET', K.lease, h.token)
+redis.call('HDEL', K.lease, h.token)
 local enq_at = info and select(5, parse_lease(info)) or tostring(h.started_at)
 local stage = stage_of(queue)
 local record = {name = stage, status = status, queued_at = tonumber(enq_at), started_at = h.started_at,

@@ -1,7 +1,8 @@
 -- Shared by every farm script, after the generated prelude (farm/protocol/scripts.py) that defines P (the
 -- namespace), CAP (the history stream's approximate cap), LUA_TOKENS (the Celery broker is this same Redis:
--- scripts publish wake-up tokens themselves, in the same round trip), TASK_PREFIX and the request-state
--- field names; each script's own arguments come after this file as locals named in farm.protocol.scripts.
+-- scripts publish wake-up tokens themselves, in the same round trip), TASK_PREFIX, the request-state
+-- field names and the keys (farm/protocol/keys.py: K.<name>, PART, QPART and the *_key functions, never spelled
+-- here); each script's own arguments come after this file as locals named in farm.protocol.scripts.
 -- Keys are built from the namespace, so the scripts assume one Redis (not a cluster).
 
 local function now()
@@ -10,7 +11,7 @@ local function now()
 end
 
 local function emit(json)
-  redis.call('XADD', P .. ':events', 'MAXLEN', '~', CAP, '*', 'e', json)
+  redis.call('XADD', K.events, 'MAXLEN', '~', CAP, '*', 'e', json)
 end
 
 local function split(s, sep)
@@ -20,14 +21,12 @@ local function split(s, sep)
   return out
 end
 
-local function qkey(queue, what) return P .. ':q:' .. queue .. ':' .. what end
-
 -- A Celery (protocol 2, kombu Redis transport) message for the stage's task, with no arguments: what
 -- `app.send_task(farm.protocol.tokens.task_name(queue), queue=settings.queue(queue))` would publish.
 local TOKEN_BODY = 'W1tdLCB7fSwgeyJjYWxsYmFja3MiOiBudWxsLCAiZXJyYmFja3MiOiBudWxsLCAiY2hhaW4iOiBudWxsLCAiY2hvcmQiOiBudWxsfV0='
 local DEFAULT_LIMIT = '3600'
 local function token_message(id, queue, limit)
-  local q = cjson.encode(P .. '.' .. queue)
+  local q = cjson.encode(broker_key(queue))
   return '{"body":"' .. TOKEN_BODY .. '","content-encoding":"utf-8","content-type":"application/json",'
     .. '"headers":{"lang":"py","task":' .. cjson.encode(TASK_PREFIX .. queue) .. ',"id":"' .. id .. '","shadow":null,'
     .. '"eta":null,"expires":null,"group":null,"group_index":null,"retries":0,"timelimit":[' .. limit .. ',null],'
@@ -38,18 +37,21 @@ local function token_message(id, queue, limit)
     .. '"delivery_tag":"' .. id .. '"}}'
 end
 
+-- A wake-up token's Celery task id (unique in the namespace: K.tokens counts them).
+local function token_id(n) return P .. '-token-' .. n end
+
 local function push_token(queue, limit)
-  local id = P .. '-token-' .. redis.call('INCR', P .. ':tokens')
-  redis.call('LPUSH', P .. '.' .. queue, token_message(id, queue, limit))
+  local id = token_id(redis.call('INCR', K.tokens))
+  redis.call('LPUSH', broker_key(queue), token_message(id, queue, limit))
 end
 
 -- One more pending request in `queue`: remember the stage's hard time limit (the sender's view of
 -- the knobs; '' = keep the last one) and publish its wake-up token here when the broker is this Redis.
 local function wake(queue, limit)
   if limit and limit ~= '' then
-    redis.call('HSET', P .. ':limits', queue, limit)
+    redis.call('HSET', K.limits, queue, limit)
   else
-    limit = redis.call('HGET', P .. ':limits', queue) or DEFAULT_LIMIT
+    limit = redis.call('HGET', K.limits, queue) or DEFAULT_LIMIT
   end
   if LUA_TOKENS then push_token(queue, limit) end
 end
@@ -59,7 +61,7 @@ local function pending_entry(seq, enq_at, rid) return seq .. '|' .. enq_at .. '|
 local function entry_seq(entry) return tonumber(string.match(entry, '^(%d+)|')) end
 local function parse_entry(entry) return string.match(entry, '^(%d+)|([^|]*)|(.*)$') end
 
--- A lease (the `<P>:lease` hash, by token): "queue|batch|worker|seq|enqueued_at|request".
+-- A lease (the K.lease hash, by token): "queue|batch|worker|seq|enqueued_at|request".
 local function lease_info(queue, bid, worker, seq, enq_at, rid)
   return queue .. '|' .. bid .. '|' .. worker .. '|' .. seq .. '|' .. enq_at .. '|' .. rid
 end
@@ -77,47 +79,46 @@ local function stage_of(queue) return string.match(queue, '^[^.]*%.(.*)$') end
 -- lease) and keep both orders of the stage's batches: by EBF key and by the seq of the batch's head.
 local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
   wake(queue, limit)
-  local l = qkey(queue, 'l:' .. bid)
+  local l = queue_key(queue, QPART.pending .. bid)
   local entry = pending_entry(seq, enq_at, rid)
   if head then redis.call('LPUSH', l, entry) else redis.call('RPUSH', l, entry) end
-  redis.call('ZADD', qkey(queue, 'ebf'), key, bid)
+  redis.call('ZADD', queue_key(queue, QPART.ebf), key, bid)
   if head or redis.call('LLEN', l) == 1 then
     local first = redis.call('LINDEX', l, 0)
-    redis.call('ZADD', qkey(queue, 'fcfs'), entry_seq(first), bid)
+    redis.call('ZADD', queue_key(queue, QPART.fcfs), entry_seq(first), bid)
   end
 end
 
 local function drop_from_queue(queue, bid)
-  redis.call('ZREM', qkey(queue, 'ebf'), bid)
-  redis.call('ZREM', qkey(queue, 'fcfs'), bid)
-  redis.call('DEL', qkey(queue, 'l:' .. bid))
+  redis.call('ZREM', queue_key(queue, QPART.ebf), bid)
+  redis.call('ZREM', queue_key(queue, QPART.fcfs), bid)
+  redis.call('DEL', queue_key(queue, QPART.pending .. bid))
 end
 
-local BATCH_PARTS = {'', ':req', ':payload', ':res', ':done', ':groups', ':lease', ':att'}
 local TTL_S = 86400
 
--- A sign of life from the trainer of an open batch (farm.protocol.silence): the batch's time in `<P>:seen`, on
+-- A sign of life from the trainer of an open batch (farm.protocol.silence): the batch's time in K.seen, on
 -- Redis' clock, so trainers' clocks do not matter.
-local function touch(bid) redis.call('ZADD', P .. ':seen', now(), bid) end
+local function touch(bid) redis.call('ZADD', K.seen, now(), bid) end
 
 -- A batch leaves the active set: completed (every result is in), cancelled by its trainer or abandoned by the
 -- farm. `ending`: more fields for the end marker of its done stream (what a returning trainer is told).
 local function close_batch(bid, state, at, ending)
-  local b = P .. ':b:' .. bid
+  local b = batch_key(bid)
   redis.call('HSET', b, 'state', state, 'closed_at', at)
-  redis.call('ZREM', P .. ':batches', bid)
-  redis.call('ZREM', P .. ':seen', bid)
+  redis.call('ZREM', K.batches, bid)
+  redis.call('ZREM', K.seen, bid)
   emit('{"kind":"batch_' .. state .. '","batch":' .. cjson.encode(bid) .. ',"' .. state .. '_at":' .. at .. '}')
-  redis.call('PUBLISH', P .. ':epochs', '{"kind":"completed","state":"' .. state .. '","batch":' .. cjson.encode(bid) .. ',"at":' .. at .. '}')
-  redis.call('XADD', b .. ':done', '*', 'end', state, unpack(ending or {}))
-  for _, part in ipairs(BATCH_PARTS) do redis.call('EXPIRE', b .. part, TTL_S) end
+  redis.call('PUBLISH', K.epochs, '{"kind":"completed","state":"' .. state .. '","batch":' .. cjson.encode(bid) .. ',"at":' .. at .. '}')
+  redis.call('XADD', b .. PART.done, '*', 'end', state, unpack(ending or {}))
+  for _, part in pairs(PART) do redis.call('EXPIRE', b .. part, TTL_S) end
 end
 
 -- Store a request's result exactly once and tell the trainer (the batch's done stream).
 local function finish(bid, rid, result_json, event_json, at, may_complete)
-  local b = P .. ':b:' .. bid
-  if redis.call('HSETNX', b .. ':res', rid, result_json) == 0 then return 0 end
-  redis.call('XADD', b .. ':done', '*', 'r', result_json)
+  local b = batch_key(bid)
+  if redis.call('HSETNX', b .. PART.res, rid, result_json) == 0 then return 0 end
+  redis.call('XADD', b .. PART.done, '*', 'r', result_json)
   emit(event_json)
   local done = redis.call('HINCRBY', b, 'done', 1)
   if may_complete and done >= tonumber(redis.call('HGET', b, 'size')) and redis.call('HGET', b, 'state') == 'open' then
@@ -128,8 +129,8 @@ end
 
 -- A result decided here rather than by stage code (cancel, lost worker, hard time limit).
 local function finish_here(bid, rid, status, message, stage, at, record, may_complete)
-  local b = P .. ':b:' .. bid
-  local raw = redis.call('HGET', b .. ':req', rid)
+  local b = batch_key(bid)
+  local raw = redis.call('HGET', b .. PART.req, rid)
   local st = raw and cjson.decode(raw) or {}
   local records = st[STATE_RECORDS] or {}
   if record then records[#records + 1] = record end
@@ -150,11 +151,11 @@ end
 -- its pending requests leave the queues and every unfinished one gets a `cancelled` result now with `message`
 -- (a running one's late completion is discarded).
 local function end_early(bid, state, message, at, ending)
-  local b = P .. ':b:' .. bid
+  local b = batch_key(bid)
   redis.call('HSET', b, 'state', 'cancelling')
   for _, q in ipairs(split(redis.call('HGET', b, 'queues'), ',')) do drop_from_queue(q, bid) end
-  for _, rid in ipairs(redis.call('HKEYS', b .. ':req')) do
-    if redis.call('HEXISTS', b .. ':res', rid) == 0 then
+  for _, rid in ipairs(redis.call('HKEYS', b .. PART.req)) do
+    if redis.call('HEXISTS', b .. PART.res, rid) == 0 then
       finish_here(bid, rid, 'cancelled', message, nil, at, nil, false)
     end
   end
@@ -166,11 +167,11 @@ end
 local function abandon_silent(after_s, limit)
   if not after_s or after_s <= 0 then return 0 end
   local t = now()
-  local found = redis.call('ZRANGEBYSCORE', P .. ':seen', '-inf', t - after_s, 'WITHSCORES', 'LIMIT', 0, limit)
+  local found = redis.call('ZRANGEBYSCORE', K.seen, '-inf', t - after_s, 'WITHSCORES', 'LIMIT', 0, limit)
   local n = 0
   for i = 1, #found, 2 do
     local bid = found[i]
-    local b = P .. ':b:' .. bid
+    local b = batch_key(bid)
     if redis.call('HGET', b, 'state') == 'open' then
       local silent = string.format('%.0f', t - tonumber(found[i + 1]))
       local after = string.format('%.15g', after_s)
@@ -180,7 +181,7 @@ local function abandon_silent(after_s, limit)
       end_early(bid, 'abandoned', message, tostring(t), {'silent_s', silent, 'abandon_after_s', after})
       n = n + 1
     else
-      redis.call('ZREM', P .. ':seen', bid)
+      redis.call('ZREM', K.seen, bid)
     end
   end
   return n
@@ -191,22 +192,22 @@ end
 local function reclaim(limit, max_att)
   local t = now()
   local out = {}
-  local tokens = redis.call('ZRANGEBYSCORE', P .. ':leases', '-inf', t, 'LIMIT', 0, limit)
+  local tokens = redis.call('ZRANGEBYSCORE', K.leases, '-inf', t, 'LIMIT', 0, limit)
   for _, tok in ipairs(tokens) do
-    local info = redis.call('HGET', P .. ':lease', tok)
-    redis.call('ZREM', P .. ':leases', tok)
-    redis.call('HDEL', P .. ':lease', tok)
+    local info = redis.call('HGET', K.lease, tok)
+    redis.call('ZREM', K.leases, tok)
+    redis.call('HDEL', K.lease, tok)
     if info then
       local queue, bid, worker, seq, enq_at, rid = parse_lease(info)
-      local b = P .. ':b:' .. bid
-      local busy = qkey(queue, 'busy')
+      local b = batch_key(bid)
+      local busy = queue_key(queue, QPART.busy)
       local held = redis.call('HGET', busy, worker)
       if held and string.find(held, tok, 1, true) then redis.call('HDEL', busy, worker) end
-      if redis.call('HGET', b .. ':lease', rid) == tok then
-        redis.call('HDEL', b .. ':lease', rid)
-        if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. ':res', rid) == 0 then
-          redis.call('HINCRBY', P .. ':counters', 'lease_recovered|' .. queue, 1)  -- farm.protocol.counters
-          local att = redis.call('HINCRBY', b .. ':att', rid, 1)
+      if redis.call('HGET', b .. PART.lease, rid) == tok then
+        redis.call('HDEL', b .. PART.lease, rid)
+        if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. PART.res, rid) == 0 then
+          redis.call('HINCRBY', K.counters, 'lease_recovered|' .. queue, 1)  -- farm.protocol.counters
+          local att = redis.call('HINCRBY', b .. PART.att, rid, 1)
           if att >= max_att then
             local stage = stage_of(queue)
             finish_here(bid, rid, 'infra_error', 'lost its worker ' .. att .. ' times at stage ' .. stage, stage, tostring(t), nil, true)

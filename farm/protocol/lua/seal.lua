@@ -2,7 +2,7 @@
 -- by time rather than by size. It completes once those arrived have their results (at once if they have);
 -- an empty one has nothing to learn from and is cancelled. Returns {'sealed', size}, {'completed', size},
 -- {'cancelled'}, {state} when it was no longer open, or {'unknown'}.
-local b = P .. ':b:' .. batch
+local b = batch_key(batch)
 local f = redis.call('HMGET', b, 'state', 'arrived', 'done')
 if not f[1] then return {'unknown'} end
 if f[1] ~= 'open' then return {f[1]} end

@@ -18,7 +18,7 @@ local function arg(i, k) return ARGV[FIRST + i * ARITY + k] end
 if n == 0 then return {} end
 if n > BULK_MAX then return one_by_one() end  -- keeps every unpack below Lua's stack limit
 local bid = arg(0, A_BATCH)
-local b = P .. ':b:' .. bid
+local b = batch_key(bid)
 local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key', 'sealed')
 if f[1] ~= 'open' or f[5] or tonumber(f[3]) + n > tonumber(f[2]) then return one_by_one() end
 local rids = {}
@@ -27,7 +27,7 @@ for i = 0, n - 1 do
   rids[i + 1] = arg(i, A_REQUEST)
 end
 
-local stored = redis.call('HMGET', b .. ':payload', unpack(rids))
+local stored = redis.call('HMGET', b .. PART.payload, unpack(rids))
 local replies, taken = {}, {}  -- taken: this call's new requests' payloads, for a request sent twice in it
 local payloads, states, groups, queues, order = {}, {}, {}, {}, {}
 local new = 0
@@ -60,11 +60,11 @@ end
 touch(bid)  -- the bulk path's one sign of life (each request sent one by one gives its own)
 if new == 0 then return replies end
 
-redis.call('HSET', b .. ':payload', unpack(payloads))
-redis.call('HSET', b .. ':req', unpack(states))
+redis.call('HSET', b .. PART.payload, unpack(payloads))
+redis.call('HSET', b .. PART.req, unpack(states))
 redis.call('HINCRBY', b, 'arrived', new)
-for group, count_in in pairs(groups) do redis.call('HINCRBY', b .. ':groups', group, count_in) end
-local seq0 = redis.call('INCRBY', P .. ':seq', new) - new
+for group, count_in in pairs(groups) do redis.call('HINCRBY', b .. PART.groups, group, count_in) end
+local seq0 = redis.call('INCRBY', K.seq, new) - new
 for _, queue in ipairs(order) do
   local into = queues[queue]
   -- each request's token carries its stage's hard limit: its own, else the last one given, else the stored one
@@ -75,21 +75,21 @@ for _, queue in ipairs(order) do
     limits[j] = last or false
   end
   if not limits[1] then  -- the first ones gave none: the limit stored before this call
-    local before = redis.call('HGET', P .. ':limits', queue) or DEFAULT_LIMIT
+    local before = redis.call('HGET', K.limits, queue) or DEFAULT_LIMIT
     for j = 1, #limits do limits[j] = limits[j] or before end
   end
-  if last then redis.call('HSET', P .. ':limits', queue, last) end
+  if last then redis.call('HSET', K.limits, queue, last) end
   if LUA_TOKENS then
-    local first_id = redis.call('INCRBY', P .. ':tokens', #into) - #into
+    local first_id = redis.call('INCRBY', K.tokens, #into) - #into
     local tokens = {}
-    for j = 1, #into do tokens[j] = token_message(P .. '-token-' .. (first_id + j), queue, limits[j]) end
-    redis.call('LPUSH', P .. '.' .. queue, unpack(tokens))
+    for j = 1, #into do tokens[j] = token_message(token_id(first_id + j), queue, limits[j]) end
+    redis.call('LPUSH', broker_key(queue), unpack(tokens))
   end
-  local l = qkey(queue, 'l:' .. bid)
+  local l = queue_key(queue, QPART.pending .. bid)
   local length = redis.call('RPUSH', l, unpack(entries))
-  redis.call('ZADD', qkey(queue, 'ebf'), f[4], bid)
+  redis.call('ZADD', queue_key(queue, QPART.ebf), f[4], bid)
   if length == #entries then  -- the batch's FIFO was empty: its head now orders the stage's FCFS mode
-    redis.call('ZADD', qkey(queue, 'fcfs'), seq0 + into[1][1], bid)
+    redis.call('ZADD', queue_key(queue, QPART.fcfs), seq0 + into[1][1], bid)
   end
 end
 return replies

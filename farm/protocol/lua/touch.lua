@@ -4,7 +4,7 @@
 -- for one that does not exist.
 local out = {}
 for _, bid in ipairs(split(batches, ',')) do
-  local f = redis.call('HMGET', P .. ':b:' .. bid, 'state', 'silent_s', 'abandon_after_s')
+  local f = redis.call('HMGET', batch_key(bid), 'state', 'silent_s', 'abandon_after_s')
   if not f[1] then
     out[#out + 1] = {'unknown'}
   else

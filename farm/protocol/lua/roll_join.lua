@@ -1,0 +1,23 @@
+-- a sample joins the tenant's rolling batch of `protocol` (farm.app.gateway.rolling): the current one until it
+-- holds `size` samples or none came for `rollover` seconds, then the next. A sample seen before joins the batch
+-- it joined then (its key lasts `ttl` seconds). `epoch`: the tenant's first batch's epoch, when it has none yet.
+-- Returns {index, epoch, index to seal or -1}.
+local state, joined = roll_key(tenant, protocol), roll_sample_key(tenant, protocol, sample)
+local known = redis.call('GET', joined)
+if known then
+  local sep = string.find(known, ':', 1, true)
+  return {tonumber(string.sub(known, sep + 1)), string.sub(known, 1, sep - 1), -1}
+end
+local t, most, idle = tonumber(at), tonumber(size), tonumber(rollover)
+local f = redis.call('HMGET', state, 'epoch', 'index', 'count', 'last')
+local current, index, count, last = f[1], tonumber(f[2] or '0'), tonumber(f[3] or '0'), tonumber(f[4] or '0')
+if not current then current = epoch end
+local seal = -1
+if count > 0 and (count >= most or t - last > idle) then
+  if count < most then seal = index end
+  index, count = index + 1, 0
+end
+redis.call('HSET', state, 'epoch', current, 'index', index, 'count', count + 1, 'last', t, 'size', most,
+           'rollover', idle)
+redis.call('SET', joined, current .. ':' .. index, 'EX', ttl)
+return {index, current, seal}

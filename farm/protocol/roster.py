@@ -1,0 +1,48 @@
+"""A stage's roster of workers in Redis (`Keys.queue(q, QueuePart.seen)`): a worker enters when Celery says it
+is ready, stays by its heartbeat and leaves when it shuts down; `live.inspect` reads it back (a worker serves
+while its last beat is younger than the lease) and the backends learn from it which workers take requests.
+
+Functions of a redis-py client; the workers and the backends call them, so the roster is written here only
+(the scripts also note a worker seen when it picks or completes, and `Dispatch.forget_worker` drops a retired one).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from farm import events
+from farm.protocol import stream
+from farm.protocol.keys import Keys, QueuePart
+
+
+def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
+    """A worker ready to take the stage's requests: its stage is known, it is on the roster and in the history
+    (`worker_ready`), in one round trip."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.sadd(keys.queues, queue)
+    pipe.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
+    stream.append(pipe, keys, events.encode("worker_ready", worker=worker, stage=queue, at=now))
+    pipe.execute()
+
+
+def beat(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
+    """The worker is alive at `now`."""
+    redis.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
+
+
+def leave(redis: Any, keys: Keys, queue: str, worker: str) -> None:
+    redis.hdel(keys.queue(queue, QueuePart.seen), worker)
+
+
+def waiting(redis: Any, keys: Keys, queue: str) -> int:
+    """How many batches have requests waiting in the stage (both of its orders hold the same batches)."""
+    return int(redis.zcard(keys.queue(queue, QueuePart.ebf)))
+
+
+def last_beats(redis: Any, keys: Keys, workers: Iterable[tuple[str, str]]) -> list[str | None]:
+    """Each (worker, stage queue)'s last beat as stored (epoch seconds), None for one not on the roster; one
+    round trip."""
+    pipe = redis.pipeline(transaction=False)
+    for worker, queue in workers:
+        pipe.hget(keys.queue(queue, QueuePart.seen), worker)
+    return pipe.execute()
