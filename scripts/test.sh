@@ -35,7 +35,13 @@ read -ra verl_requirements < <(extra verl)
 verl_env="${FARM_VERL_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/reward-farm/verl-$(printf '%s ' "${verl_requirements[@]}" \
     "$(python3 -c 'import sys; print(sys.prefix)')" | sha1sum | cut -c1-12)}"
 if ! "$verl_env/bin/python" -c 'import verl, farm.integrations.verl' 2>/dev/null; then
-    python3 -m venv --system-site-packages "$verl_env"
+    python3 -m venv "$verl_env"
+    # this environment's package folders, after verl's own: `--system-site-packages` would expose the base
+    # interpreter's, not a virtualenv's (where a new user runs this); addsitedir also runs their .pth files (the
+    # farm's editable install)
+    python3 -c 'import sys; [print(f"import site; site.addsitedir({p!r})") for p in sys.path
+        if p.endswith(("site-packages", "dist-packages"))]' \
+        >"$("$verl_env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/farm-host.pth"
     "$verl_env/bin/python" -m pip install -q --disable-pip-version-check "${verl_requirements[@]}" 2>&1 |
         grep -v -i "running pip as the 'root' user" || true
 fi
