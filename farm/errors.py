@@ -7,8 +7,8 @@ from __future__ import annotations
 from farm.pipeline import InvalidInput, UnknownPipeline
 
 __all__ = ["InvalidInput", "UnknownPipeline", "BatchNotFound", "BatchConflict", "BatchClosed", "BatchFull",
-           "BatchAbandoned", "DuplicateRequest", "PayloadTooLarge", "FarmError", "FarmNotConfigured", "FarmUnavailable", "BatchLost",
-           "Unauthorized", "LimitReached"]
+           "BatchAbandoned", "DuplicateRequest", "PayloadTooLarge", "FarmError", "FarmNotConfigured", "FarmUnavailable",
+           "BatchLost", "Unauthorized", "LimitReached", "HTTP_STATUS", "BY_NAME"]
 
 
 class BatchNotFound(InvalidInput):
@@ -73,3 +73,12 @@ class Unauthorized(FarmError):
 class LimitReached(FarmError):
     """A tenant's limit held the call back for longer than the client waits (open batches, requests
     outstanding): wait for results, or ask the operator to raise the limit."""
+
+
+# How a farm error travels over the gateway's HTTP API: its status, by the most specific class first, and its class's
+# name (the answer's `type`), which the gateway client turns back into the same class (farm.client.http_core).
+HTTP_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (BatchNotFound, 404), (BatchConflict, 409), (BatchAbandoned, 409), (BatchClosed, 409), (BatchFull, 409),
+    (DuplicateRequest, 409), (PayloadTooLarge, 413), (InvalidInput, 400), (FarmError, 503))
+# the general two stay general: the client words an unnamed refusal or failure with the status it came with
+BY_NAME: dict[str, type[Exception]] = {k.__name__: k for k, _ in HTTP_STATUS if k not in (InvalidInput, FarmError)}

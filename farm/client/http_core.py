@@ -15,12 +15,7 @@ from typing import Any, Iterable, Mapping
 from farm.client.core import Outage
 from farm.config import Settings
 from farm.errors import (
-    BatchAbandoned,
-    BatchClosed,
-    BatchConflict,
-    BatchFull,
-    BatchNotFound,
-    DuplicateRequest,
+    BY_NAME,
     FarmError,
     FarmUnavailable,
     InvalidInput,
@@ -34,12 +29,9 @@ from farm.results import Result
 SUBMIT_CHUNK = 500  # requests per bulk call
 POLL_S = 10.0  # the longest single long poll: the gateway answers sooner when a result comes
 
-ERRORS: dict[str, type[Exception]] = {
-    "BatchNotFound": BatchNotFound, "BatchConflict": BatchConflict, "BatchClosed": BatchClosed,
-    "BatchAbandoned": BatchAbandoned,
-    "BatchFull": BatchFull, "DuplicateRequest": DuplicateRequest, "PayloadTooLarge": PayloadTooLarge,
-    "TooLarge": PayloadTooLarge, "BodyRefused": InvalidInput, "Unauthenticated": Unauthorized,
-}
+# the farm's errors by their own names; the gateway's own refusals by what the client raises for them
+ERRORS: dict[str, type[Exception]] = {**BY_NAME, "TooLarge": PayloadTooLarge, "BodyRefused": InvalidInput,
+                                      "Unauthenticated": Unauthorized}
 
 
 @dataclass(frozen=True)

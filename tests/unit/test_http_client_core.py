@@ -9,6 +9,7 @@ import pytest
 from farm.client import http_core as core
 from farm.config import Settings
 from farm.errors import (
+    HTTP_STATUS,
     BatchClosed,
     BatchNotFound,
     FarmError,
@@ -35,6 +36,14 @@ def test_a_2xx_answer_is_its_json_body():
 def test_the_gateways_errors_become_the_farms_own(status, kind, raised):
     with pytest.raises(raised, match="m"):
         core.answer(status, error(kind), {})
+
+
+@pytest.mark.parametrize("kind,status", [(k, s) for k, s in HTTP_STATUS if k not in (InvalidInput, FarmError)],
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_every_named_refusal_the_gateway_answers_comes_back_as_its_own_class(kind, status):
+    with pytest.raises(kind) as raised:
+        core.answer(status, error(kind.__name__, "what was wrong"), {})
+    assert type(raised.value) is kind and str(raised.value) == "what was wrong"
 
 
 def test_a_validation_answer_says_what_was_wrong():

@@ -14,22 +14,11 @@ from farm.app.gateway.auth import Unauthenticated, bearer
 from farm.app.gateway.limits import LimitExceeded, TooLarge
 from farm.app.gateway.schemas import ErrorBody
 from farm.app.gateway.service import Caller, Gateway
-from farm.errors import (
-    BatchClosed,
-    BatchConflict,
-    BatchFull,
-    BatchNotFound,
-    DuplicateRequest,
-    FarmError,
-    InvalidInput,
-    PayloadTooLarge,
-)
+from farm.errors import HTTP_STATUS
 
 ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 429, 503)}
 # the most specific first
-STATUS = [(Unauthenticated, 401), (BatchNotFound, 404), (BatchConflict, 409), (BatchClosed, 409), (BatchFull, 409),
-          (DuplicateRequest, 409), (PayloadTooLarge, 413), (TooLarge, 413), (LimitExceeded, 429),
-          (InvalidInput, 400), (FarmError, 503)]
+STATUS = [(Unauthenticated, 401), (TooLarge, 413), (LimitExceeded, 429), *HTTP_STATUS]
 
 
 def gateway(request: Request) -> Gateway:
