@@ -41,8 +41,8 @@ from farm.config import Settings  # noqa: E402
 from farm.store.engine import upgrade  # noqa: E402
 from farm.store.knob_store import KnobStore  # noqa: E402
 from farm.store.models import Batch, Request, RequestStage  # noqa: E402
-from planner.backends.processes import process_start  # noqa: E402
-from planner.backends.records import Records  # noqa: E402
+from farm.processes import process_start  # noqa: E402
+from farm.worker_records import Records  # noqa: E402
 from planner.eval.tracegen import GeneratorParams, generate  # noqa: E402
 from planner.eval.tracestats import summary  # noqa: E402
 

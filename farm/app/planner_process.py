@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from farm.config import Settings
+from farm.processes import popen_tethered, python
 from planner.backends.common import worker_env
-from planner.backends.processes import popen_tethered, python
 from planner.runtime.service import planner_alive
 
 

@@ -1,12 +1,15 @@
 """Backends: where stage workers live (local processes, Docker containers, Ray actors across a cluster).
 
-One small interface, one module per backend. The daemon owns the policy and asks a backend only three
-things: which workers exist (`list`), to start some for a stage (`spawn`), and to let given ones go
-(`retire`). Assumptions every backend states and every caller must live with:
+One small interface (this module), one package per backend (`local/`, `docker/`, `ray/`, and `fake/` for
+the daemon's tests), and the rules of a worker's life they all keep in one place (`lifecycle`, beside
+`common`). The daemon owns the policy and asks a backend only three things: which workers exist (`list`),
+to start some for a stage (`spawn`), and to let given ones go (`retire`). Assumptions every backend states
+and every caller must live with:
 
 - Eventually consistent. `list` reports what the backend last observed; a worker just spawned may be
-  `pending` (a cluster has no room for it yet) or `starting` for seconds, a retired one `stopping` until its current request is done. Observing reaps:
-  a worker found gone is dropped from the list and its `worker_retired` event is emitted then.
+  `pending` (a cluster has no room for it yet) or `starting` for seconds, a retired one `stopping` until
+  its current request is done. Observing reaps: a worker found gone is dropped from the list and its
+  `worker_retired` event is emitted then.
 - Idempotent. `spawn(stage, n, request_id=...)` with a request id already used while those workers
   exist starts nothing new; `retire` of a worker already stopping or gone is a no-op.
 - Warm shutdown. Retiring sends SIGTERM (a Celery worker finishes its current request, then exits);

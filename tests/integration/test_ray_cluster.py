@@ -11,7 +11,7 @@ import redis as redis_lib
 
 from farm.results import Status
 from planner.backends import WorkerState
-from planner.backends.ray_spec import Resources, ray_namespace
+from planner.backends.ray.spec import Resources, ray_namespace
 from tests.integration.daemon_support import recorded_farm, small_knobs, wait_for
 from tests.support.ray_cluster import connected
 
