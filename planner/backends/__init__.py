@@ -110,6 +110,14 @@ KINDS = {
 }
 
 
+# How long a new worker takes to take requests, per backend, until the workers' own lives show it
+# (planner.runtime.live reads the observed median and plans with the longer of the two); the policy starts
+# workers this much ahead of need. local: a worker forked by the launcher is ready in 0.2-0.6 s on an
+# idle 2-core machine, a burst of 24 in 1.5-2.5 s (bench/fidelity.py's runs); docker: a container start;
+# ray: an actor's worker process on a warm node, then `farm worker` exec'd (1-1.6 s on a warm local cluster).
+STARTUP_S = {"local": 1.0, "docker": 5.0, "ray": 2.0, "fake": 0.0}
+
+
 def create(kind: str, settings: Any, **options: Any) -> Backend:
     """A backend by name, e.g. `create("docker", settings, image="reward-farm-worker:0.1")`."""
     target = KINDS.get(kind)
@@ -119,4 +127,4 @@ def create(kind: str, settings: Any, **options: Any) -> Backend:
     return getattr(importlib.import_module(module), attr)(settings, **options)
 
 
-__all__ = ["Backend", "BackendError", "KINDS", "Worker", "WorkerState", "create"]
+__all__ = ["Backend", "BackendError", "KINDS", "STARTUP_S", "Worker", "WorkerState", "create"]
