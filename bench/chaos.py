@@ -41,13 +41,13 @@ from farm.config import Settings  # noqa: E402
 from farm.store.engine import upgrade  # noqa: E402
 from farm.store.knob_store import KnobStore  # noqa: E402
 from farm.store.models import Batch, Request, RequestStage  # noqa: E402
-from planner.backends.processes import process_start  # noqa: E402
-from planner.backends.records import Records  # noqa: E402
+from farm.processes import process_start  # noqa: E402
+from farm.worker_records import Records  # noqa: E402
 from planner.eval.tracegen import GeneratorParams, generate  # noqa: E402
 from planner.eval.tracestats import summary  # noqa: E402
 
 TIME_SCALE = 0.03  # the demo trace's: compile ~1.6 s, execute ~0.2 s, timeouts 3.6 s and 1.8 s (trace time)
-STARTUP_S = 1.0  # the local backend's (planner.runtime.service.STARTUP_S)
+STARTUP_S = 1.0  # the local backend's (planner.backends.STARTUP_S)
 LOST_WORKER = "lost its worker"  # the message of a request whose worker died MAX_ATTEMPTS times
 
 

@@ -36,7 +36,7 @@ from farm.config import Settings  # noqa: E402
 from farm.store.engine import open_store  # noqa: E402
 from farm.store.knob_store import KnobStore  # noqa: E402
 from planner.eval import trace as tracefile  # noqa: E402
-from planner.runtime.service import STARTUP_S  # noqa: E402
+from planner.backends import STARTUP_S  # noqa: E402
 from tests.support.compose_stack import Stack, build_images, compose_commands  # noqa: E402
 
 

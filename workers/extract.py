@@ -20,7 +20,7 @@ Answers (`final_answers`): the first of these kinds the response holds, every on
 4. else the last "answer is x" (prose: an earlier one is a step of the reasoning, not an answer).
 `extract_answer` is the last of them, or None when there is none. Only the first kind found is read: once
 a box is there, "####" lines and phrases are not read. Whether several answers may differ is the pipeline's rule
-(`workers/pipelines/math.py`: they may not). `answer_flood` says when a response writes more answer marks than
+(`workers/pipelines/math/`: they may not). `answer_flood` says when a response writes more answer marks than
 admission reads (`MAX_MARKS` of a kind, `MAX_BOX_BRACES` braces from its first box on): no honest one does.
 
 Time: the response is hostile and these run in the trainer's client and again at stages, so each reads the text

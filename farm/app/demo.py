@@ -25,7 +25,7 @@ from farm.knobs import Knobs
 from farm.store.knob_store import KnobStore
 from farm.store.models import RequestStage, Worker
 from planner.eval import trace as tracefile
-from planner.runtime.service import STARTUP_S
+from planner.backends import STARTUP_S
 
 DEMO_TRACE = "demo"
 # One machine runs every worker: bound the pools so the cold start of the first batches (the policy

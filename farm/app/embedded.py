@@ -3,7 +3,7 @@ child), the SQLite history store, the recorder, local stage workers, Flower and,
 daemon. With a Redis URL and a database URL it uses those instead and starts only the processes.
 
 Every process the farm starts ends with it, a `kill -9` included: each is tethered to the farm
-(planner.backends.processes.die_with_parent; the workers' launcher ends when its stdin closes), and what
+(farm.processes.die_with_parent; the workers' launcher ends when its stdin closes), and what
 escapes that is ended by the next farm of the data dir (farm.app.leftovers).
 """
 
@@ -28,14 +28,13 @@ from farm import registry
 from farm.app import metrics
 from farm.app.leftovers import Ledger
 from farm.config import ENDPOINT_FILE, Settings
+from farm.processes import TETHER_ENV, popen_tethered, python
 from farm.protocol.live import inspect
 from farm.store import open_store
 from farm.store.knob_store import KnobStore
 from farm.store.recorder import Recorder
 from planner.backends import WorkerState, create
 from planner.backends.common import worker_env
-from planner.backends.local import TETHER_ENV
-from planner.backends.processes import popen_tethered, python
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What an embedded farm killed hard left running, found and ended by the next farm of the same data dir.
 
-The farm's children end with it where Linux can tie them to it (planner.backends.processes.die_with_parent);
+The farm's children end with it where Linux can tie them to it (farm.processes.die_with_parent);
 this is for the rest: where it cannot, or a child that did not heed its signal. As it starts, the farm
 writes `processes.json` in its data dir: its own pid and start time, then each child's, with a word its
 command line must hold. The next farm there finds the previous one dead (its pid gone, or another process's
@@ -17,8 +17,8 @@ import signal
 import time
 from pathlib import Path
 
-from planner.backends.processes import cmdline, process_start
-from planner.backends.records import Records
+from farm.processes import cmdline, process_start
+from farm.worker_records import Records
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from farm.config import Settings
+from farm.processes import popen_tethered, python
+from farm.protocol import heartbeat
 from planner.backends.common import worker_env
-from planner.backends.processes import popen_tethered, python
-from planner.runtime.service import planner_alive
 
 
 class DaemonProcess:
@@ -54,8 +54,8 @@ class DaemonProcess:
         """Block until this daemon has made its first epoch (it listens for batch events from then on)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            beat = planner_alive(redis, namespace)
-            if beat and beat.get("pid") == self.pid:
+            beat = heartbeat.read(redis, namespace)
+            if beat and beat.pid == self.pid:
                 return
             if not self.alive():
                 raise RuntimeError(f"the planner daemon exited ({self.proc.returncode}): see {self.log_path}")

@@ -1,12 +1,15 @@
 """Backends: where stage workers live (local processes, Docker containers, Ray actors across a cluster).
 
-One small interface, one module per backend. The daemon owns the policy and asks a backend only three
-things: which workers exist (`list`), to start some for a stage (`spawn`), and to let given ones go
-(`retire`). Assumptions every backend states and every caller must live with:
+One small interface (this module), one package per backend (`local/`, `docker/`, `ray/`, and `fake/` for
+the daemon's tests), and the rules of a worker's life they all keep in one place (`lifecycle`, beside
+`common`). The daemon owns the policy and asks a backend only three things: which workers exist (`list`),
+to start some for a stage (`spawn`), and to let given ones go (`retire`). Assumptions every backend states
+and every caller must live with:
 
 - Eventually consistent. `list` reports what the backend last observed; a worker just spawned may be
-  `pending` (a cluster has no room for it yet) or `starting` for seconds, a retired one `stopping` until its current request is done. Observing reaps:
-  a worker found gone is dropped from the list and its `worker_retired` event is emitted then.
+  `pending` (a cluster has no room for it yet) or `starting` for seconds, a retired one `stopping` until
+  its current request is done. Observing reaps: a worker found gone is dropped from the list and its
+  `worker_retired` event is emitted then.
 - Idempotent. `spawn(stage, n, request_id=...)` with a request id already used while those workers
   exist starts nothing new; `retire` of a worker already stopping or gone is a no-op.
 - Warm shutdown. Retiring sends SIGTERM (a Celery worker finishes its current request, then exits);
@@ -107,6 +110,14 @@ KINDS = {
 }
 
 
+# How long a new worker takes to take requests, per backend, until the workers' own lives show it
+# (planner.runtime.live reads the observed median and plans with the longer of the two); the policy starts
+# workers this much ahead of need. local: a worker forked by the launcher is ready in 0.2-0.6 s on an
+# idle 2-core machine, a burst of 24 in 1.5-2.5 s (bench/fidelity.py's runs); docker: a container start;
+# ray: an actor's worker process on a warm node, then `farm worker` exec'd (1-1.6 s on a warm local cluster).
+STARTUP_S = {"local": 1.0, "docker": 5.0, "ray": 2.0, "fake": 0.0}
+
+
 def create(kind: str, settings: Any, **options: Any) -> Backend:
     """A backend by name, e.g. `create("docker", settings, image="reward-farm-worker:0.1")`."""
     target = KINDS.get(kind)
@@ -116,4 +127,4 @@ def create(kind: str, settings: Any, **options: Any) -> Backend:
     return getattr(importlib.import_module(module), attr)(settings, **options)
 
 
-__all__ = ["Backend", "BackendError", "KINDS", "Worker", "WorkerState", "create"]
+__all__ = ["Backend", "BackendError", "KINDS", "STARTUP_S", "Worker", "WorkerState", "create"]

@@ -1,5 +1,6 @@
 """What every real backend shares: worker names, the workers' environment, stage timeouts, worker-life
-events on the namespace's stream, and readiness read from the workers' own `worker_ready` events."""
+events on the namespace's stream, and readiness read from the workers' own `worker_ready` events (the rules
+of a worker's life built on them are planner.backends.lifecycle)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 import redis
 
 from farm import events, registry
-from farm.config import Settings
+from farm.config import STARTUP_DELAY_ENV, Settings
 from farm.protocol import roster, stream
 from farm.protocol.calls import lapse_call
 from farm.protocol.keys import Keys
@@ -29,7 +30,8 @@ DEFAULT_GRACE_S = 30.0  # beyond the stage's timeout before a retiring worker is
 
 def check_namespace(namespace: str) -> str:
     if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
-        raise ValueError(f"namespace {namespace!r} must be 1-64 letters, digits, '_' or '-' (starting with a letter or digit)")
+        raise ValueError(f"namespace {namespace!r} must be 1-64 letters, digits, '_' or '-' "
+                         "(starting with a letter or digit)")
     return namespace
 
 
@@ -73,6 +75,13 @@ def worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def startup_delay(startup_delay_s: float) -> dict[str, str]:
+    """The environment of an artificial cold start (workers.process.startup_delay): none for 0 s."""
+    if not (0 <= float(startup_delay_s) < float("inf")):
+        raise ValueError(f"startup_delay_s must be a finite number of seconds >= 0, not {startup_delay_s!r}")
+    return {STARTUP_DELAY_ENV: repr(float(startup_delay_s))} if startup_delay_s > 0 else {}
+
+
 def registry_timeout(stage: str) -> float:
     """The stage's own timeout from the pipeline registry (raises UnknownPipeline for a stage it lacks)."""
     return registry.stage_timeout(stage)
@@ -85,19 +94,9 @@ def registry_resource(stage: str) -> str:
 def redis_for(settings: Settings):
     """The Redis client worker-life events and readiness go through; the farm needs one, so do we."""
     if not settings.redis_url:
-        raise ValueError("a worker backend needs settings.redis_url (the farm's Redis); the embedded farm sets it once its Redis runs")
+        raise ValueError("a worker backend needs settings.redis_url (the farm's Redis); "
+                         "the embedded farm sets it once its Redis runs")
     return redis.Redis.from_url(settings.redis_url)
-
-
-class Observed:
-    """`list` for a backend that observes its workers under `self._lock` (`_observe`, oldest first),
-    reaping the gone ones, and writes the lives that closed (`self._lives`) after each observation."""
-
-    def list(self, stage: str | None = None) -> list:
-        with self._lock:
-            workers = self._observe()
-            self._lives.flush()
-        return [w for w in workers if stage is None or w.stage == stage]
 
 
 class Lives:

@@ -3,7 +3,6 @@ store (history, decisions) and a backend. `farm planner` and the embedded farm c
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -17,37 +16,19 @@ import redis as redis_lib
 from farm import registry
 from farm.config import Settings, redis_url
 from farm.knobs import Knobs, from_json, redis_key
-from farm.protocol import counters
+from farm.protocol import counters, heartbeat
 from farm.protocol.dispatch import Dispatch
+from farm.protocol.heartbeat import Heartbeat, Pool, Startup
 from farm.store.decisions import DecisionRecord, save_decision
 from farm.store.engine import open_store
 from farm.store.knob_store import KnobStore
-from planner.backends import create
+from planner.backends import STARTUP_S, create
 from planner.policy.decide import decide
 from planner.runtime.daemon import Daemon
 from planner.runtime.epochs import RedisEpochs
 from planner.runtime.live import LiveFarm
 
 log = logging.getLogger("farm.planner")
-
-# How long a new worker takes to take requests, per backend, until the workers' own lives show it
-# (planner.runtime.live reads the observed median and plans with the longer of the two); the policy starts
-# workers this much ahead of need. local: a worker forked by the launcher is ready in 0.2-0.6 s on an
-# idle 2-core machine, a burst of 24 in 1.5-2.5 s (bench/fidelity.py's runs); docker: a container start;
-# ray: an actor's worker process on a warm node, then `farm worker` exec'd (1-1.6 s on a warm local cluster).
-STARTUP_S = {"local": 1.0, "docker": 5.0, "ray": 2.0, "fake": 0.0}
-
-
-def heartbeat_key(namespace: str) -> str:
-    """Where a running daemon says it is alive after every epoch (JSON: pid, at, backend), expiring after 3 ticks."""
-    return f"{namespace}:planner"
-
-
-def planner_alive(redis: Any, namespace: str) -> dict[str, Any] | None:
-    """The heartbeat of the daemon serving this namespace, or None when none runs."""
-    raw = redis.get(heartbeat_key(namespace))
-    return json.loads(raw) if raw else None
-
 
 @dataclass
 class Planner:
@@ -67,17 +48,17 @@ class Planner:
                 log.warning("closing %s failed", closer, exc_info=True)
 
 
-def pool_report(workers: Sequence[Any]) -> dict[str, dict[str, Any]]:
+def pool_report(workers: Sequence[Any]) -> dict[str, Pool]:
     """Per stage, the backend's workers by state, and where they run (node -> workers in the pool)."""
-    out: dict[str, dict[str, Any]] = {}
+    counts: dict[str, dict[str, Any]] = {}
     for w in workers:
-        pool = out.setdefault(w.stage, {"pending": 0, "starting": 0, "running": 0, "stopping": 0, "nodes": {}})
+        pool = counts.setdefault(w.stage, {"pending": 0, "starting": 0, "running": 0, "stopping": 0, "nodes": {}})
         state = getattr(w.state, "value", w.state)
-        pool[state] = pool.get(state, 0) + 1
+        pool[state] += 1
         node = getattr(w, "node", "")
         if node and w.alive and state != "pending":
             pool["nodes"][node] = pool["nodes"].get(node, 0) + 1
-    return out
+    return {stage: Pool(**pool) for stage, pool in counts.items()}
 
 
 def build(settings: Settings, *, backend: str | Any = "local", database_url: str | None = None,
@@ -104,8 +85,6 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
     def record(r: DecisionRecord) -> None:
         save_decision(engine, r)
 
-    heartbeat = heartbeat_key(settings.namespace)
-
     view = LiveFarm(settings, client, engine, pipelines=pipelines, backend=kind,
                     startup_s=STARTUP_S.get(kind, 2.0) if startup_s is None else startup_s)
 
@@ -114,14 +93,15 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
     def on_step(records: list[DecisionRecord]) -> None:
         tick = knobs().tick_s
         now = time.time()
-        startups = {q: {"count": st.count, "median_s": st.median_s, "plan_s": st.plan_s, "max_s": st.max_s}
+        startups = {q: Startup(st.count, st.median_s, st.plan_s, st.max_s)
                     for q, st in view.startups(now).items()}  # `farm status` shows them
         if records:
             targets.update({q: int(n) for r in records for q, n in r.workers.items()})
-        client.set(heartbeat, json.dumps({"pid": os.getpid(), "at": now, "backend": kind, "decisions": len(records),
-                                          "startup_s": view.startup_s, "startups": startups,
-                                          "pools": pool_report(daemon.workers), "targets": targets}),
-                   px=int(max(3 * tick, 5.0) * 1000))
+        heartbeat.beat(client, settings.namespace,
+                       Heartbeat(pid=os.getpid(), at=now, backend=kind, decisions=len(records),
+                                 startup_s=view.startup_s, startups=startups, pools=pool_report(daemon.workers),
+                                 targets=dict(targets)),
+                       ttl_s=max(3 * tick, 5.0))
         # every decision made, quiet ticks included: the metrics' planner_decision_seconds
         counters.observe_decisions(client, settings.namespace, [r.runtime_s for r in records])
 
@@ -150,12 +130,9 @@ def run(planner: Planner, stop: threading.Event | None = None, *, once: bool = F
 
 
 def _clear_heartbeat(planner: Planner) -> None:
-    # a daemon that stops says so at once (`farm status`, `farm planner --retire-all`) rather than after 3
-    # ticks; a heartbeat another daemon wrote since is left alone
+    # a daemon that stops says so at once (`farm status`, `farm planner --retire-all`)
     try:
-        beat = planner_alive(planner.redis, planner.settings.namespace)
-        if beat is not None and beat.get("pid") == os.getpid():
-            planner.redis.delete(heartbeat_key(planner.settings.namespace))
+        heartbeat.clear(planner.redis, planner.settings.namespace, os.getpid())
     except redis_lib.RedisError:
         log.warning("could not clear the planner's heartbeat", exc_info=True)
 

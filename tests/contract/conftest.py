@@ -118,7 +118,7 @@ def ray_kill(namespace: str, name: str) -> None:
     """The worker's actor dies (its worker with it), as when Ray or a node loses it."""
     import ray
 
-    from planner.backends.ray_spec import ray_namespace
+    from planner.backends.ray.spec import ray_namespace
     from tests.support.ray_cluster import connected
 
     connected()

@@ -93,6 +93,7 @@ def wait_for(predicate, timeout_s=30.0, what="condition"):
 @pytest.fixture
 def daemon(farm):
     """The daemon in a thread of the test process."""
+    from farm.protocol import heartbeat
     from planner.runtime import service
 
     settings, engine = farm
@@ -100,7 +101,7 @@ def daemon(farm):
     stop = threading.Event()
     thread = threading.Thread(target=service.run, args=(built, stop), daemon=True)
     thread.start()
-    wait_for(lambda: service.planner_alive(built.redis, settings.namespace), 30, "the daemon's first epoch")
+    wait_for(lambda: heartbeat.read(built.redis, settings.namespace), 30, "the daemon's first epoch")
     yield built
     stop.set()
     thread.join(10)

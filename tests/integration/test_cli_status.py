@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -50,10 +51,10 @@ def test_status_without_a_farm_says_how_to_start_one(tmp_path):
 def test_status_names_the_planner_daemon_that_serves_the_farm(settings):
     import redis
 
-    from planner.runtime.service import heartbeat_key
+    from farm.protocol import heartbeat
 
     client = redis.Redis.from_url(settings.redis_url)
-    client.set(heartbeat_key(settings.namespace), json.dumps({"pid": 4242, "backend": "local"}), ex=30)
+    heartbeat.beat(client, settings.namespace, heartbeat.Heartbeat(pid=4242, at=time.time(), backend="local"), 30)
     client.close()
     result = _status(settings)
     assert result.exit_code == 0, result.output
@@ -63,12 +64,12 @@ def test_status_names_the_planner_daemon_that_serves_the_farm(settings):
 def test_status_shows_the_start_up_each_stage_s_workers_take(settings):
     import redis
 
-    from planner.runtime.service import heartbeat_key
+    from farm.protocol import heartbeat
 
-    startups = {"synthetic.compile": {"count": 12, "median_s": 28.0, "plan_s": 41.5, "max_s": 50.0}}
+    startups = {"synthetic.compile": heartbeat.Startup(count=12, median_s=28.0, plan_s=41.5, max_s=50.0)}
     client = redis.Redis.from_url(settings.redis_url)
-    client.set(heartbeat_key(settings.namespace), json.dumps({"pid": 1, "backend": "docker", "startups": startups}),
-               ex=30)
+    heartbeat.beat(client, settings.namespace,
+                   heartbeat.Heartbeat(pid=1, at=time.time(), backend="docker", startups=startups), 30)
     client.close()
     with RewardClient(settings) as c:
         c.open_batch("task-u", "synthetic", 2).submit("r0", {"times": [1.0, 0.5]})

@@ -54,7 +54,7 @@ def test_a_killed_daemon_leaves_the_farm_serving_and_its_successor_adopts_the_wo
     from farm.app.planner_process import DaemonProcess
     from farm.client.sync import RewardClient
     from farm.store.knob_store import KnobStore
-    from planner.runtime.service import planner_alive
+    from farm.protocol import heartbeat
 
     settings, engine = farm
     client_redis = redis_lib.Redis.from_url(settings.redis_url)
@@ -77,7 +77,7 @@ def test_a_killed_daemon_leaves_the_farm_serving_and_its_successor_adopts_the_wo
             second.wait_ready(client_redis, settings.namespace)
             time.sleep(2.5)  # a couple of ticks
             assert sorted(w.name for w in alive(settings)) == before  # adopted: no duplicates, no orphans
-            assert planner_alive(client_redis, settings.namespace)["pid"] == second.pid
+            assert heartbeat.read(client_redis, settings.namespace).pid == second.pid
         finally:
             second.stop()
     finally:

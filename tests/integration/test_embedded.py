@@ -129,13 +129,14 @@ def test_flower_shows_the_stage_workers(tmp_path):
 
 
 def test_with_the_planner_the_embedded_farm_grows_its_pools_from_the_batch_hint(tmp_path):
-    from planner.runtime.service import planner_alive
+    from farm.protocol import heartbeat
 
     with EmbeddedFarm(Settings(data_dir=str(tmp_path), lease_s=3.0), planner=True) as farm:
         import redis
 
         client_redis = redis.Redis.from_url(farm.settings.redis_url)
-        eventually(lambda: planner_alive(client_redis, farm.settings.namespace), 60, what="the planner daemon's heartbeat")
+        eventually(lambda: heartbeat.read(client_redis, farm.settings.namespace), 60,
+                   what="the planner daemon's heartbeat")
         client_redis.close()
         assert farm.backend.list() == []  # nothing runs before a trainer says a batch is coming
         with RewardClient(farm.settings) as client:

@@ -96,12 +96,12 @@ def test_a_data_dir_from_before_the_append_only_file_keeps_its_snapshot(tmp_path
 
 
 def test_the_planner_daemon_rides_through_a_redis_restart_and_decides_again(tmp_path):
-    from planner.runtime.service import planner_alive
+    from farm.protocol import heartbeat
 
     with EmbeddedFarm(Settings(data_dir=str(tmp_path)), planner=True) as farm:
         r = redis.Redis.from_url(farm.settings.redis_url, decode_responses=True)
         deadline = time.monotonic() + 60
-        while planner_alive(r, farm.settings.namespace) is None:
+        while heartbeat.read(r, farm.settings.namespace) is None:
             assert time.monotonic() < deadline, "the planner never beat"
             time.sleep(0.2)
         r.close()
@@ -111,8 +111,8 @@ def test_the_planner_daemon_rides_through_a_redis_restart_and_decides_again(tmp_
         try:
             deadline = time.monotonic() + 30
             while True:
-                beat = planner_alive(r, farm.settings.namespace)
-                if beat is not None and beat["at"] > restarted + 1.0:
+                beat = heartbeat.read(r, farm.settings.namespace)
+                if beat is not None and beat.at > restarted + 1.0:
                     break
                 assert farm._procs["planner"].poll() is None, "the planner daemon died with the Redis restart"
                 assert time.monotonic() < deadline, "the planner did not decide again after the restart"

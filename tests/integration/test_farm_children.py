@@ -18,7 +18,7 @@ from farm.app.embedded import EmbeddedFarm
 from farm.app.leftovers import PROCESSES_FILE, FarmRunning, Ledger
 from planner.backends import WorkerState
 from planner.backends.local import LocalBackend
-from planner.backends.processes import cmdline, process_start, python
+from farm.processes import cmdline, process_start, python
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -180,7 +180,7 @@ def _worker_record(data: Path, namespace: str, name: str, proc: subprocess.Popen
 
 TETHERING_PARENT = """
 import sys, threading, time
-from planner.backends.processes import popen_tethered
+from farm.processes import popen_tethered
 box = []
 t = threading.Thread(target=lambda: box.append(popen_tethered([sys.executable, "-c", "import time; time.sleep(60)"])))
 t.start(); t.join()

@@ -13,7 +13,7 @@ import pytest
 from farm import events
 from planner.backends import BackendError, WorkerState
 from planner.backends.local import LocalBackend
-from planner.backends.processes import group_members, process_start, worker_nice
+from farm.processes import group_members, process_start, worker_nice
 
 STAGE = "synthetic.compile"
 
@@ -276,7 +276,7 @@ def test_a_launched_worker_whose_pid_never_reached_its_record_is_found_by_its_pi
 
 
 def test_the_launcher_says_why_it_cannot_start_a_worker(settings, tmp_path):
-    from planner.backends.launcher import Launcher, LauncherError
+    from planner.backends.local.launcher import Launcher, LauncherError
 
     launcher = Launcher(tmp_path / "launcher.log", on_exit=lambda pid, at: None)
     try:

@@ -3,7 +3,6 @@ active batches, lease recoveries, the planner's decisions and heartbeat, and a R
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -72,13 +71,13 @@ def test_the_planners_decisions_make_a_histogram_of_their_runtime(settings, scra
 
 
 def test_the_planners_pools_and_targets_come_from_its_heartbeat(settings, scrape):
-    from planner.runtime.service import heartbeat_key
+    from farm.protocol import heartbeat
 
     assert scrape("farm_planner_up") == 0
     client = redis_lib.Redis.from_url(settings.redis_url)
-    beat = {"pid": 1, "at": time.time(), "backend": "local", "startup_s": 1.5, "targets": {COMPILE: 3},
-            "pools": {COMPILE: {"pending": 1, "starting": 1, "running": 2, "stopping": 0, "nodes": {}}}}
-    client.set(heartbeat_key(settings.namespace), json.dumps(beat), px=10_000)
+    beat = heartbeat.Heartbeat(pid=1, at=time.time(), backend="local", startup_s=1.5, targets={COMPILE: 3},
+                               pools={COMPILE: heartbeat.Pool(pending=1, starting=1, running=2)})
+    heartbeat.beat(client, settings.namespace, beat, ttl_s=10.0)
     client.close()
     labels = {"pipeline": "synthetic", "stage": "compile"}
     assert scrape("farm_planner_up") == 1

@@ -22,7 +22,8 @@ from farm.knobs import Knobs
 from farm.pipeline import StageContext
 from farm.results import Status
 from workers.judge import plain
-from workers.pipelines import code, cuda, math, run_code
+from workers.pipelines import code, cuda, math
+from workers.pipelines.code import run_code
 from workers.pipelines.common import unpack_binary
 from workers.runner import run_stage, score
 

@@ -14,7 +14,7 @@ from farm.results import Outcome, Status
 from workers import sandbox
 from workers.pipelines.common import unpack_binary
 from workers.pipelines.cuda import compare, compile_stage, gpu_present, pipeline, run_program
-from workers.pipelines.cuda_record import NONCE_VARIABLE, split_record
+from workers.pipelines.cuda.record import NONCE_VARIABLE, split_record
 from workers.runner import score
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")]

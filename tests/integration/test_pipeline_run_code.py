@@ -10,7 +10,7 @@ import pytest
 
 from farm.app.gateway.sandbox_fusion import RunCodeResponse
 from farm.results import Outcome, Status
-from workers.pipelines.run_code import pipeline
+from workers.pipelines.code.run_code import pipeline
 from workers.runner import score
 
 pytestmark = pytest.mark.timeout(120)

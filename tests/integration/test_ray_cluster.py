@@ -11,7 +11,7 @@ import redis as redis_lib
 
 from farm.results import Status
 from planner.backends import WorkerState
-from planner.backends.ray_spec import Resources, ray_namespace
+from planner.backends.ray.spec import Resources, ray_namespace
 from tests.integration.daemon_support import recorded_farm, small_knobs, wait_for
 from tests.support.ray_cluster import connected
 
@@ -83,6 +83,7 @@ def test_more_gpu_workers_than_gpus_leave_the_rest_pending_not_allocated_and_sho
     from farm.knobs import Knobs
     from farm.protocol.live import inspect
     from farm.store.accounting import allocated_seconds, worker_lives
+    from farm.protocol.heartbeat import Heartbeat
     from planner.runtime.service import pool_report
 
     settings, engine, make = farm
@@ -101,7 +102,7 @@ def test_more_gpu_workers_than_gpus_leave_the_rest_pending_not_allocated_and_sho
         live = inspect(client, settings)
     finally:
         client.close()
-    report = status_report(live, Knobs(), {"pools": pool_report(backend.list())})
+    report = status_report(live, Knobs(), Heartbeat(pid=1, at=0.0, backend="ray", pools=pool_report(backend.list())))
     assert report["stages"][E]["pending"] == 6
     assert sum(report["stages"][E]["nodes"].values()) == 2
     lives = wait_for(lambda: (lambda ls: ls if len(ls) == 8 and sum(x.placed_at is not None for x in ls) == 2 else None)(
@@ -168,7 +169,7 @@ def _planner(settings, address):
 def test_a_daemon_killed_hard_and_restarted_adopts_its_actors_and_orphans_none(farm, ray_cluster):
     from farm.store.accounting import worker_lives
     from farm.store.knob_store import KnobStore
-    from planner.runtime.service import planner_alive
+    from farm.protocol import heartbeat
 
     settings, engine, make = farm
     client = redis_lib.Redis.from_url(settings.redis_url)
@@ -181,9 +182,9 @@ def test_a_daemon_killed_hard_and_restarted_adopts_its_actors_and_orphans_none(f
         first.wait(10)
         second = _planner(settings, ray_cluster.address)
         try:
-            wait_for(lambda: (planner_alive(client, settings.namespace) or {}).get("pid") == second.pid, 60,
+            wait_for(lambda: getattr(heartbeat.read(client, settings.namespace), "pid", None) == second.pid, 60,
                      "the restarted daemon's epochs")
-            wait_for(lambda: (planner_alive(client, settings.namespace) or {}).get("pools", {}).get(C), 30,
+            wait_for(lambda: heartbeat.read(client, settings.namespace).pools.get(C), 30,
                      "the restarted daemon's pools")
             after = placed(backend, 2)
         finally:

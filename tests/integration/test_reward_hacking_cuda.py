@@ -14,7 +14,7 @@ from farm.pipeline import StageContext
 from farm.results import Status
 from workers.pipelines.common import unpack_binary
 from workers.pipelines.cuda import compile_stage, pipeline, run_program
-from workers.pipelines.cuda_checks import check
+from workers.pipelines.cuda.checks import check
 from workers.runner import score
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")]

@@ -450,7 +450,7 @@ def test_no_hostile_status_is_masked():
                          ids=["exit_status_of_a_real_time_signal", "killed_by_a_real_time_signal"])
 @pytest.mark.parametrize("pipeline_name", ["code", "run_code"])
 def test_a_program_ending_by_a_real_time_signal_is_a_runtime_error(ending, pipeline_name):
-    from workers.pipelines import run_code
+    from workers.pipelines.code import run_code
 
     if pipeline_name == "code":
         tests = {"cases": [{"input": "", "output": "5"}], "time_limit_s": 2}

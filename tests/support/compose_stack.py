@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from farm.protocol import heartbeat
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -122,17 +122,15 @@ class Stack:
         self.compose("up", "-d", "--no-build", timeout_s=timeout_s)
         self.wait_for_planner(timeout_s)
 
-    def wait_for_planner(self, timeout_s: float) -> dict[str, Any]:
+    def wait_for_planner(self, timeout_s: float) -> heartbeat.Heartbeat:
         import redis
-
-        from planner.runtime.service import planner_alive
 
         client = redis.Redis.from_url(self.redis_url)
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
                 try:
-                    beat = planner_alive(client, self.namespace)
+                    beat = heartbeat.read(client, self.namespace)
                 except redis.RedisError:  # Redis itself is still starting
                     beat = None
                 if beat is not None:

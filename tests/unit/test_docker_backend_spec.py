@@ -6,7 +6,7 @@ import pytest
 
 from farm.config import Settings
 from planner.backends.docker import DockerBackend
-from planner.backends.docker_spec import Limits, container_spec, engine_time, options_from_env
+from planner.backends.docker.spec import Limits, container_spec, engine_time, options_from_env
 
 
 def spec(**overrides):
@@ -119,7 +119,7 @@ def test_engine_times_are_read_to_the_nanosecond():
 def test_systempaths_unconfined_becomes_empty_masked_and_read_only_paths_for_the_engine():
     import docker
 
-    from planner.backends.docker_spec import host_config
+    from planner.backends.docker.spec import host_config
 
     api = docker.APIClient(base_url="unix:///nonexistent.sock", version="1.41")  # builds configs, calls nothing
     config = host_config(api, {"network_mode": "host", "security_opt": ["apparmor=unconfined", "systempaths=unconfined"]})

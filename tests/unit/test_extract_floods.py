@@ -23,8 +23,8 @@ from workers.extract import (
     final_answers,
     guess_language,
 )
-from workers.pipelines import math_answer
-from workers.pipelines.cuda_harness import harness_problem
+from workers.pipelines.math import answer as math_answer
+from workers.pipelines.cuda.harness import harness_problem
 
 pytestmark = pytest.mark.timeout(120)
 N = 1 << 18  # characters of a hostile run

@@ -2,6 +2,8 @@
 
 Read from the source, every import statement counts, those inside functions too: a dependency hidden in
 a function is still one. The base (what a trainer imports) sits at the bottom; the application on top.
+Within the application, the read-models (`farm status`, the metrics) read the planner's state from the
+protocol (farm.protocol.heartbeat) and load no planner code.
 """
 
 from __future__ import annotations
@@ -119,6 +121,26 @@ def test_a_trainer_importing_the_base_loads_no_layer_above_it(entry):
              "print(above)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def loaded_by(entry: str, tops: tuple[str, ...]) -> list[str]:
+    """The modules of these top-level packages that importing `entry` loads, in a fresh interpreter."""
+    probe = f"import sys, {entry}\nprint(sorted(m for m in sys.modules if m.split('.')[0] in {tops!r}))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    return ast.literal_eval(out.stdout.strip())
+
+
+@pytest.mark.parametrize("entry", ["farm.app.cli.status", "farm.app.metrics"])
+def test_the_status_and_the_metrics_read_the_planners_heartbeat_without_loading_the_planner(entry):
+    assert loaded_by(entry, ("planner",)) == []
+
+
+def test_farm_status_loads_no_sql_and_no_numpy():
+    assert loaded_by("farm.app.cli.status", ("sqlalchemy", "numpy")) == []
+
+
+def test_a_read_model_importing_the_planner_is_caught():
+    assert "planner.runtime.service" in loaded_by("farm.app.cli.planner", ("planner",))
 
 
 def test_a_trainer_importing_the_client_loads_no_trainer_package():

@@ -5,7 +5,7 @@ import pytest
 from sympy import (And, Derivative, Eq, FiniteSet, Integer, Integral, Interval, Limit, Matrix, Product, Sum, Symbol,
                    Tuple, sin)
 
-from workers.pipelines.math_answer import (
+from workers.pipelines.math.answer import (
     answer_form,
     count_numbers,
     distinct_answers,

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sympy import E, Float, Integer, Integral, Matrix, Pow, Rational, Symbol, UnevaluatedExpr, atan, exp, oo, pi, sqrt
 
-from workers.pipelines.math_numbers import (
+from workers.pipelines.math.numbers import (
     Number,
     OutOfRange,
     compared_values,

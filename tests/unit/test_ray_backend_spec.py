@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from planner.backends.ray_spec import DEFAULT_RESOURCES, Resources, options_from_env, ray_namespace, resources_for
+from planner.backends.ray.spec import DEFAULT_RESOURCES, Resources, options_from_env, ray_namespace, resources_for
 
 
 def test_a_stage_asks_for_its_resource_kinds_default():
@@ -73,7 +73,7 @@ def test_each_farm_has_a_ray_namespace_of_its_own():
 
 
 def test_an_address_that_is_not_host_and_port_or_does_not_answer_is_refused_at_once():
-    from planner.backends.ray_driver import reachable
+    from planner.backends.ray.driver import reachable
 
     assert "is not HOST:PORT" in reachable("nonsense")
     assert "no Ray cluster answers at 127.0.0.1:9" in reachable("127.0.0.1:9", timeout_s=2)
@@ -84,7 +84,7 @@ def test_the_drivers_answers_are_not_mixed_with_what_ray_prints_to_its_stdout():
     import subprocess
     import sys
 
-    script = ("import os; from planner.backends import ray_driver as d; d._keep_stdout_for_answers(); "
+    script = ("import os; from planner.backends.ray import driver as d; d._keep_stdout_for_answers(); "
               "print('(raylet) WARNING: 4 PYTHON worker processes'); os.write(1, b'more noise\\n'); d._say({'id': 1, 'ok': 2})")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
 

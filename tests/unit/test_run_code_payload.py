@@ -1,6 +1,6 @@
 """The `run_code` pipeline without a sandbox: SandboxFusion's request checked and admitted
-(workers.pipelines.run_code_payload, run_code.admit), and SandboxFusion's answer built from runs
-(workers.pipelines.run_code_shape)."""
+(workers.pipelines.code.run_code_payload, run_code.admit), and SandboxFusion's answer built from runs
+(workers.pipelines.code.run_code_shape)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from farm.app.gateway.sandbox_fusion import answer as gateway_answer
 from farm.pipeline import InvalidInput
 from farm.results import Status
 from workers import sandbox
-from workers.pipelines.run_code import SETUP_S, pipeline
-from workers.pipelines.run_code_payload import MAX_FILES, MAX_FILES_BYTES, MAX_TIMEOUT_S, SANDBOX_FUSION_LANGUAGES, read
-from workers.pipelines.run_code_shape import OUTPUT_CAP, answer, command_result, run_status, sandbox_error
+from workers.pipelines.code.run_code import SETUP_S, pipeline
+from workers.pipelines.code.run_code_payload import (MAX_FILES, MAX_FILES_BYTES, MAX_TIMEOUT_S,
+                                                     SANDBOX_FUSION_LANGUAGES, read)
+from workers.pipelines.code.run_code_shape import OUTPUT_CAP, answer, command_result, run_status, sandbox_error
 from workers.runner import score
 
 PY = {"language": "python", "code": "print(1)"}

@@ -7,6 +7,7 @@ import logging
 import click
 
 from farm.config import from_env
+from farm.protocol import heartbeat
 from farm.store.engine import StoreError
 from planner.backends import BackendError
 from planner.runtime import service
@@ -72,11 +73,11 @@ def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, i
 
 
 def _retire_all(built: service.Planner, wait_s: float) -> None:
-    running = service.planner_alive(built.redis, built.settings.namespace)
+    running = heartbeat.read(built.redis, built.settings.namespace)
     if running is not None:  # it would spawn the workers again at its next epoch
         raise click.ClickException(
-            f"a planner daemon serves namespace {built.settings.namespace!r} (pid {running.get('pid')}, backend "
-            f"{running.get('backend')}): stop it first (`docker compose stop planner`, or its process)")
+            f"a planner daemon serves namespace {built.settings.namespace!r} (pid {running.pid}, backend "
+            f"{running.backend}): stop it first (`docker compose stop planner`, or its process)")
     try:
         left = service.retire_all(built, wait_s=wait_s)
     except BackendError as exc:

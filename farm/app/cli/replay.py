@@ -14,9 +14,10 @@ from rich.table import Table
 from farm.app import live_replay as rp
 from farm.app.cli.common import require_redis, settings_options
 from farm.app.live_replay import ReplayError, ReplayOptions, parse_tasks, select
+from farm.protocol import heartbeat
 from farm.store.engine import StoreError, open_store
+from planner.backends import STARTUP_S
 from planner.eval import trace as tracefile
-from planner.runtime.service import STARTUP_S, planner_alive
 
 
 def replay_options(fn):
@@ -113,7 +114,7 @@ def _warn_without_planner(settings) -> None:
     """A replay without a planner daemon runs on whatever fixed workers exist: say so, it is rarely meant."""
     client = redis_lib.Redis.from_url(settings.redis_url)
     try:
-        if not planner_alive(client, settings.namespace):
+        if not heartbeat.read(client, settings.namespace):
             click.echo("warning: no planner daemon serves this farm (start `farm planner`); "
                        "the replay runs on the workers that exist", err=True)
     except redis_lib.RedisError as exc:

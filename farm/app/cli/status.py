@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 
 import click
 import redis
@@ -15,11 +16,11 @@ from rich.table import Table
 
 from farm.app.cli.common import require_redis, settings_options
 from farm.knobs import from_json, redis_key
-from farm.protocol import counters
+from farm.protocol import counters, heartbeat
+from farm.protocol.heartbeat import Heartbeat, Pool
 from farm.protocol.live import inspect
 from farm.protocol.stream import WARN_FILL
 from farm.protocol.stream import health as stream_health
-from planner.runtime.service import planner_alive
 
 
 def history_report(stream, counted) -> dict:
@@ -31,29 +32,29 @@ def history_report(stream, counted) -> dict:
     }
 
 
-def status_report(live, knobs, planner: dict | None = None, history: dict | None = None) -> dict:
+def status_report(live, knobs, planner: Heartbeat | None = None, history: dict | None = None) -> dict:
     """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
-    startups = (planner or {}).get("startups") or {}
-    pools = (planner or {}).get("pools") or {}
+    startups = planner.startups if planner else {}
+    pools = planner.pools if planner else {}
     stages = {}
     for q in sorted(set(live.stages) | set(pools)):
         st = live.stages.get(q)
-        pool = pools.get(q) or {}
+        pool = pools.get(q) or Pool()
         stages[q] = {
             "queued": len(st.pending) if st else 0,
             "running": len(st.running) if st else 0,
             "workers": sum(1 for w in st.workers if w.alive) if st else 0,
             "idle": sum(1 for w in st.workers if w.alive and w.idle) if st else 0,
             # the daemon's backend: workers waiting for a machine with room (not allocated), starting ones
-            "pending": pool.get("pending", 0),
-            "starting": pool.get("starting", 0),
-            "nodes": pool.get("nodes", {}),  # node -> the pool's workers there (backends that span machines)
+            "pending": pool.pending,
+            "starting": pool.starting,
+            "nodes": dict(pool.nodes),  # node -> the pool's workers there (backends that span machines)
             # seconds from placement to ready of the daemon's backend's recent workers (None: too few seen)
-            "startup": startups.get(q),
+            "startup": asdict(startups[q]) if q in startups else None,
         }
     return {
         "now": live.now,
-        "planner": planner,
+        "planner": planner.to_dict() if planner else None,
         "history": history,
         "scheduler": live.scheduler,
         "delay_s": knobs.delay_s,
@@ -89,7 +90,7 @@ def status(settings, as_json):
     try:
         live = inspect(client, settings, now=time.time())
         knobs = from_json(client.get(redis_key(settings.namespace)))
-        planner = planner_alive(client, settings.namespace)
+        planner = heartbeat.read(client, settings.namespace)
         history = history_report(stream_health(client, settings.namespace), counters.read(client, settings.namespace))
     except redis.ConnectionError as exc:
         raise click.ClickException(f"cannot reach the farm's Redis at {settings.redis_url}: {exc}") from exc

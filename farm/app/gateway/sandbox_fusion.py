@@ -2,7 +2,7 @@
 (`http://GATEWAY/t/<token>/run_code`), ROLL's code sandbox and the `sandbox-fusion` client
 (`endpoint="http://GATEWAY/t/<token>"`) run their code on the farm's sandbox, queues and elastic pools.
 
-Each call is one request of the `run_code` pipeline (`workers.pipelines.run_code`), in the tenant's rolling
+Each call is one request of the `run_code` pipeline (`workers.pipelines.code.run_code`), in the tenant's rolling
 batch. As SandboxFusion answers: HTTP 200 with `status` Success, Failed or SandboxError; a language outside
 SandboxFusion's list is refused with 422 as SandboxFusion's own validation does. A run whose result is not
 in within `wait_s` answers 504, which verl retries: the retry waits on the same request.
@@ -20,7 +20,7 @@ from farm.app.gateway.rolling import sample_key
 from farm.app.gateway.service import Caller, Gateway
 from farm.app.gateway.web import ERRORS, caller, gateway
 from farm.results import Result, Status
-from workers.pipelines.run_code_shape import sandbox_error
+from workers.pipelines.code.run_code_shape import sandbox_error
 
 router = APIRouter(tags=["sandbox-fusion"], responses=ERRORS)
 

@@ -17,11 +17,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from farm.app.metrics.labels import resource_of, split_queue
 from farm.config import Settings
 from farm.knobs import from_json, redis_key
-from farm.protocol import counters
+from farm.protocol import counters, heartbeat
 from farm.protocol.live import depths, inspect_batches
+from farm.protocol.heartbeat import Pool
 from farm.protocol.stream import health
 from farm.store.accounting import allocated_totals
-from planner.runtime.service import planner_alive
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class LiveCollector(Collector):
             yield g
 
     def _planner(self, now: float) -> Iterator[Any]:
-        beat = planner_alive(self.redis, self.namespace)
+        beat = heartbeat.read(self.redis, self.namespace)
         up = _gauge("farm_planner_up", "Whether a planner daemon's heartbeat is alive (1) or not (0).")
         up.add_metric([], 1 if beat else 0)
         yield up
@@ -92,17 +92,16 @@ class LiveCollector(Collector):
             return  # no planner: no pools it sizes (fixed pools show in farm_stage_serving_workers)
         workers = _gauge("farm_stage_workers", "The planner's workers of a stage by state (target: what its last "
                          "decision asked for).", ["pipeline", "stage", "state"])
-        pools = beat.get("pools") or {}
-        targets = beat.get("targets") or {}
-        for q in sorted(set(pools) | set(targets)):
+        for q in sorted(set(beat.pools) | set(beat.targets)):
             pipeline, stage = split_queue(q)
-            if q in targets:
-                workers.add_metric([pipeline, stage, "target"], targets[q])
+            if q in beat.targets:
+                workers.add_metric([pipeline, stage, "target"], beat.targets[q])
+            pool = beat.pools.get(q) or Pool()
             for state in WORKER_STATES:
-                workers.add_metric([pipeline, stage, state], (pools.get(q) or {}).get(state, 0))
+                workers.add_metric([pipeline, stage, state], getattr(pool, state))
         yield workers
         startup = _gauge("farm_planner_startup_seconds", "The worker start-up the planner plans with.")
-        startup.add_metric([], float(beat.get("startup_s") or 0.0))
+        startup.add_metric([], float(beat.startup_s or 0.0))
         yield startup
 
     def _batches(self) -> Iterator[Any]:

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from planner.backends.processes import die_with_parent
+from farm.processes import die_with_parent
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The ray backend's driver process: the one process of the farm that is a Ray driver.
 
-`python -m planner.backends.ray_driver ADDRESS RAY_NAMESPACE` connects to the cluster, says
+`python -m planner.backends.ray.driver ADDRESS RAY_NAMESPACE` connects to the cluster, says
 `{"ready": {...}}` (or `{"error": why}` and exits 1), then answers one JSON request a line on stdin:
 
     {"id": 7, "op": "actors", "prefix": P}          -> {"id": 7, "ok": [{name, state, node, start, end, death}]}
@@ -49,7 +49,7 @@ class Driver:
     def __init__(self, namespace: str) -> None:
         import ray
 
-        from planner.backends.ray_actor import StageWorkerActor
+        from planner.backends.ray.actor import StageWorkerActor
 
         self.ray = ray
         self.namespace = namespace

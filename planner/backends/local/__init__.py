@@ -1,6 +1,6 @@
 """The local backend: each worker a `farm worker` process on this machine (the embedded default).
 
-By default the workers are forked by a launcher process (planner.backends.launcher) that has imported
+By default the workers are forked by a launcher process (planner.backends.local.launcher) that has imported
 what a worker needs once: the same `farm worker`, in a session of its own, ready in about a third of the
 CPU of a fresh interpreter (0.2 instead of 0.6 CPU-seconds; a burst of 12 on two cores is ready in 1 s
 instead of 3 s). The launcher reaps them and reports each exit as it happens, so a worker's life ends
@@ -31,20 +31,21 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from farm.config import STARTUP_DELAY_ENV, Settings
-from planner.backends import Backend, BackendError, Worker, WorkerState, common, processes
-from planner.backends.launcher import Launcher, LauncherError
-from planner.backends.processes import find_by_cmdline, group_members, nice_session, process_start, worker_nice
-from planner.backends.records import Records
+from farm.config import Settings
+from farm.processes import (TETHER_ENV, find_by_cmdline, group_members, nice_session, popen_tethered, process_start,
+                            python, worker_nice)
+from farm.worker_records import Records
+from planner.backends import BackendError, Worker, common
+from planner.backends.lifecycle import Observed, state_of
+from planner.backends.local.launcher import Launcher, LauncherError
 
 log = logging.getLogger(__name__)
 
 _UNSTARTED_GRACE_S = 30.0  # a record without a pid this old belongs to a daemon that died mid-spawn
 TERM_REPEAT_S = 1.0  # a retiring worker that is not ready yet is sent SIGTERM again this often
 STARTING_KILL_S = 5.0  # a retiring worker that never became ready is killed this long after its SIGTERM
-TETHER_ENV = "FARM_WORKER_TETHER"  # "1": workers end with the process that started them (`farm up` sets it)
 
 
 def default_command() -> list[str]:
@@ -52,10 +53,10 @@ def default_command() -> list[str]:
     script = Path(sys.executable).with_name("farm")
     if script.exists():
         return [str(script), "worker"]
-    return processes.python("-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker")
+    return python("-c", "import sys; from farm.app.cli import main; sys.argv[0] = 'farm'; main()", "worker")
 
 
-class LocalBackend(common.Observed, Backend):
+class LocalBackend(Observed):
     kind = "local"
 
     def __init__(
@@ -78,7 +79,7 @@ class LocalBackend(common.Observed, Backend):
         `nice` (0-19, default FARM_WORKER_NICE or 0) lowers the workers' CPU priority below the farm's
         own processes on this machine (Redis, the daemon, the recorder, trainers replayed here);
         `launcher` (default: unless `command` is given or FARM_WORKER_LAUNCHER=0) forks each `farm worker`
-        from a launcher process that has its imports done (planner.backends.launcher) instead of exec'ing
+        from a launcher process that has its imports done (planner.backends.local.launcher) instead of exec'ing
         a fresh interpreter: the same worker, ready in a fraction of the CPU; `events` (default: unless
         FARM_WORKER_EVENTS=0) has the workers send Celery's task events, which Flower shows (a farm without
         Flower saves their cost, about a millisecond of CPU per request and stage); `startup_delay_s`
@@ -87,15 +88,9 @@ class LocalBackend(common.Observed, Backend):
         has every worker end with the process that started it (this one, or its launcher, which ends with
         this one): a `kill -9` of `farm up` then takes its workers along, where a daemon's workers otherwise
         outlive it to be adopted by the next (Linux; elsewhere the next `farm up` ends what is left)."""
-        self.settings = settings
-        self.namespace = common.check_namespace(settings.namespace)
+        super().__init__(settings, grace_s=grace_s, timeout_for=timeout_for)
         self.command = list(command) if command else default_command()
-        self.extra_env = dict(env or {})
-        if not (0 <= float(startup_delay_s) < float("inf")):
-            raise ValueError(f"startup_delay_s must be a finite number of seconds >= 0, not {startup_delay_s!r}")
-        if startup_delay_s > 0:
-            self.extra_env[STARTUP_DELAY_ENV] = repr(float(startup_delay_s))
-        self.grace_s = float(grace_s)
+        self.extra_env = {**(env or {}), **common.startup_delay(startup_delay_s)}
         self.nice = worker_nice(nice)
         if events is None:
             events = os.environ.get("FARM_WORKER_EVENTS", "1").strip() not in ("0", "")
@@ -103,65 +98,32 @@ class LocalBackend(common.Observed, Backend):
         if tether is None:
             tether = os.environ.get(TETHER_ENV, "").strip() not in ("0", "")
         self.tether = bool(tether)
-        self.timeout_for = common.timeout_lookup(timeout_for)
         root = Path(state_dir) if state_dir else Path(os.path.expanduser(settings.data_dir)) / "workers"
         self.dir = root / self.namespace
         self._records = Records(self.dir)
-        self._redis = common.redis_for(settings)
-        self._lives = common.Lives(self._redis, self.namespace, self.kind)
-        self._readiness = common.Readiness(self._redis, self.namespace)
         self._exited: dict[str, float] = {}  # children of this backend that exited -> when
         self._term_sent: dict[str, float] = {}  # retiring workers -> when they were last sent SIGTERM
         if launcher is None:
             launcher = command is None and os.environ.get("FARM_WORKER_LAUNCHER", "1").strip() not in ("0", "")
         self._launcher = Launcher(self.dir / "launcher.log", self._launched_exit) if launcher else None
         self._launched: dict[int, str] = {}  # pid -> name of the workers our launcher forked
-        self._lock = threading.RLock()
 
     # -- the interface --------------------------------------------------------------------------
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
-        common.check_stage(stage)
-        common.check_count(n)
-        self.timeout_for(stage)  # an unknown pipeline or stage fails here, before anything starts
-        names = common.worker_names(self.namespace, stage, n, request_id)
+        names, _ = self._asked(stage, n, request_id)
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
             for name in names:
                 if not self._records.exists(name):
                     self._start(name, stage)
-            by_name = {w.name: w for w in self._observe()}
+            by_name = self._observed()
         return [by_name[name] for name in names if name in by_name]
-
-    def retire(self, names: Iterable[str]) -> list[Worker]:
-        wanted = list(dict.fromkeys(names))
-        now = time.time()
-        with self._lock:
-            for name in wanted:
-                record = self._records.load(name)
-                if record is None or record.get("stopping_since") is not None or record.get("pid") is None:
-                    continue
-                if process_start(record["pid"]) != record["start"]:
-                    continue  # already gone; the next observation reaps it
-                record["stopping_since"] = now
-                record["kill_at"] = now + self.timeout_for(record["stage"]) + self.grace_s
-                self._records.save(record)
-                self._term(record, now)  # warm shutdown: the current request finishes
-            by_name = {w.name: w for w in self._observe()}
-            self._lives.flush()
-        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
 
     def reconcile(self) -> list[Worker]:
         if self._launcher is not None:
             self._launcher.start()  # its imports overlap with the daemon's own start, not with a first spawn
-        with self._lock:
-            workers = self._observe()
-            for w in workers:  # adopted workers are announced again: the recorder upserts by name
-                self._lives.spawned(w.name, w.stage, w.spawned_at)
-            self._lives.flush()
-        if workers:
-            log.info("local backend adopted %d worker(s) of namespace %s", len(workers), self.namespace)
-        return workers
+        return super().reconcile()
 
     def close(self) -> None:
         if self._launcher is not None:
@@ -169,6 +131,19 @@ class LocalBackend(common.Observed, Backend):
         self._redis.close()
 
     # -- processes ------------------------------------------------------------------------------
+
+    def _retire(self, wanted: list[str]) -> None:
+        now = time.time()
+        for name in wanted:
+            record = self._records.load(name)
+            if record is None or record.get("stopping_since") is not None or record.get("pid") is None:
+                continue
+            if process_start(record["pid"]) != record["start"]:
+                continue  # already gone; the next observation reaps it
+            record["stopping_since"] = now
+            record["kill_at"] = now + self.timeout_for(record["stage"]) + self.grace_s
+            self._records.save(record)
+            self._term(record, now)  # warm shutdown: the current request finishes
 
     def _start(self, name: str, stage: str) -> None:
         record = {"name": name, "stage": stage, "spawned_at": time.time(), "pid": None, "start": None,
@@ -194,7 +169,7 @@ class LocalBackend(common.Observed, Backend):
             cmd = ["nice", "-n", str(self.nice), *cmd]  # nice execs the worker: same pid, same start time
         try:
             with open(self._records.log_path(name), "ab") as out:
-                spawn = processes.popen_tethered if self.tether else subprocess.Popen
+                spawn = popen_tethered if self.tether else subprocess.Popen
                 proc = spawn(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -229,7 +204,8 @@ class LocalBackend(common.Observed, Backend):
                 self._gone(record, now)
                 continue
             if record.get("kill_at") is not None and now >= record["kill_at"]:
-                log.warning("worker %s outlived its stage timeout plus %.0f s of grace; killing it", record["name"], self.grace_s)
+                log.warning("worker %s outlived its stage timeout plus %.0f s of grace; killing it", record["name"],
+                            self.grace_s)
                 self._kill(record, now)
             alive.append(record)
         ready = self._readiness.ready({r["name"]: r["stage"] for r in alive})
@@ -238,10 +214,7 @@ class LocalBackend(common.Observed, Backend):
                 self._stop_starting(r, now)
         workers = []
         for r in sorted(alive, key=lambda r: (r["spawned_at"], r["name"])):
-            if r.get("stopping_since") is not None:
-                state = WorkerState.STOPPING
-            else:
-                state = WorkerState.RUNNING if r["name"] in ready else WorkerState.STARTING
+            state = state_of(stopping=r.get("stopping_since") is not None, ready=r["name"] in ready)
             workers.append(Worker(r["name"], r["stage"], state, r["spawned_at"], self.kind, str(r["pid"]),
                                   ready.get(r["name"]), r.get("stopping_since")))
         return workers
@@ -270,9 +243,7 @@ class LocalBackend(common.Observed, Backend):
                 os.killpg(record["pid"], signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        at = self._exited.pop(name, None) or now
-        self._lives.retired(name, record["stage"], at)
-        self._readiness.forget([name])
+        self._closed(name, record["stage"], self._exited.pop(name, None) or now)
         self._records.remove(name)
         self._term_sent.pop(name, None)
         if record.get("killed_at"):

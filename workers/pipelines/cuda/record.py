@@ -7,7 +7,7 @@ A program that ends any other way (exit(0) in the kernel, a signal, a raw exit s
 and a response cannot forge one: the nonce is fresh per run, given in the environment, moved by a
 constructor that runs before any other (priority 101) into a page kept PROT_NONE until the record is
 written, and wiped from the environment block; the response's object may not call getenv, mprotect or
-syscall, nor have constructors (`cuda_checks`). After the record the wrapper `_exit`s: no destructor
+syscall, nor have constructors (`checks`). After the record the wrapper `_exit`s: no destructor
 or atexit handler of the response runs after it.
 """
 
@@ -20,7 +20,7 @@ NONCE_VARIABLE = "FARM_CUDA_NONCE"
 RECORD_TAG = "FARM_HARNESS_RETURNED"
 WRAPPER_FILE = "farm_main.cpp"
 
-WRAPPER_SOURCE = r"""// The farm's entry point for a harness (linked with --wrap=main): workers/pipelines/cuda_record.py
+WRAPPER_SOURCE = r"""// The farm's entry point for a harness (linked with --wrap=main): workers/pipelines/cuda/record.py
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

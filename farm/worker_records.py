@@ -1,8 +1,9 @@
-"""The local backend's process records: one JSON file per worker, `<dir>/<name>.json`, beside the worker's
+"""The process records of local workers: one JSON file per worker, `<dir>/<name>.json`, beside the worker's
 log (`<name>.log`) and, for a worker the launcher forked, the pid it wrote itself (`<name>.pid`).
 
 A record is written before its process starts and replaced atomically after every change, so a daemon
-that dies at any moment leaves a record a restarted one can act on (planner.backends.local).
+that dies at any moment leaves a record a restarted one can act on (planner.backends.local), and the next
+farm of a data dir finds the workers a killed one left (farm.app.leftovers).
 """
 
 from __future__ import annotations

@@ -8,14 +8,14 @@ then `fetch_files` read back).
 
 Payload: SandboxFusion's request, `code`, `language`, `stdin`, `compile_timeout`, `run_timeout`,
 `memory_limit_MB`, `files` ({relative path: base64, or null: no file written, as SandboxFusion skips it}) and
-`fetch_files` ([relative path]); `workers.pipelines.run_code_payload` checks it and documents each limit.
+`fetch_files` ([relative path]); `workers.pipelines.code.run_code_payload` checks it and documents each limit.
 The farm runs `python` as `python3 -E -s -S main.py` (the standard library only, as the `code` pipeline's
 `-I -S`, except that the script's directory stays on sys.path: modules placed by `files` import, as they do
 on SandboxFusion) and `cpp` as `./main`; both with the `code` pipeline's containment and limits
 (`workers.sandbox`: no network, a uid of its own, its process, file, disk and output caps), the request's
 timeouts and memory limit in place of the code pipeline's.
 
-Result: `details` is SandboxFusion's answer (`workers.pipelines.run_code_shape`: `status`, `message`,
+Result: `details` is SandboxFusion's answer (`workers.pipelines.code.run_code_shape`: `status`, `message`,
 `compile_result`, `run_result`, `executor_pod_name`, `files`). `fetch_files` come back under the names asked,
 base64, each and all together at most `FETCH_BYTES` (4 MiB); one missing, not a regular file (a symlink is
 not followed) or past the cap is left out (the message names it). Status and reward:
@@ -44,8 +44,8 @@ from farm.results import Outcome, Status
 from workers import sandbox
 from workers.pipelines.code import COMPILE_LIMITS, RUN_LIMITS
 from workers.pipelines.common import BINARY_CAP, compiled, contained, unpack_binary
-from workers.pipelines.run_code_payload import MAX_TIMEOUT_S, PROGRAM_FILES, Run, read
-from workers.pipelines.run_code_shape import answer, command_result, sandbox_error
+from workers.pipelines.code.run_code_payload import MAX_TIMEOUT_S, PROGRAM_FILES, Run, read
+from workers.pipelines.code.run_code_shape import answer, command_result, sandbox_error
 
 SETUP_S = 10.0
 FETCH_BYTES = 4 * sandbox.MiB

@@ -3,7 +3,7 @@ admission and at every stage: what to run, and within which of the farm's limits
 
 Refusals are `InvalidInput` naming the field and what was wrong with it. A language SandboxFusion knows but
 the farm does not run is not refused here: `Run.language` keeps it and the pipeline's admission answers it
-(see `workers.pipelines.run_code`).
+(see `workers.pipelines.code.run_code`).
 
 Limits (SandboxFusion has none of its own; these keep one request from taking a worker or the result stream):
 - `compile_timeout`, `run_timeout`: seconds > 0, default 10; above `MAX_TIMEOUT_S` (60) they are cut to it,

@@ -14,20 +14,20 @@ Exited containers are kept until observed, so the end of a life is measured, the
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import docker.errors
 
 from farm.config import Settings
-from planner.backends import Backend, BackendError, Worker, WorkerState, common
-from planner.backends.docker_spec import (DEFAULT_LIMITS, LABEL, SYSTEM_PATHS_UNCONFINED, Limits, container_spec,
+from planner.backends import BackendError, Worker, WorkerState, common
+from planner.backends.lifecycle import Observed, Retirements, state_of
+from planner.backends.docker.spec import (DEFAULT_LIMITS, LABEL, SYSTEM_PATHS_UNCONFINED, Limits, container_spec,
                                           engine_time, host_config, options_from_env)
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ _PARALLEL_STARTS = 8  # containers created and started at once by one spawn
 _UNSTARTED_GRACE_S = 30.0  # a container created but never started this long ago: its daemon died mid-spawn
 
 
-class DockerBackend(common.Observed, Backend):
+class DockerBackend(Observed):
     kind = "docker"
 
     def __init__(
@@ -75,8 +75,7 @@ class DockerBackend(common.Observed, Backend):
         refuses pivot_root, and its masked /proc paths make the kernel refuse a new /proc in a user namespace),
         and gives each run a cgroup (the worker remounts its container's cgroup subtree writable)."""
         from_env = options_from_env(os.environ if environ is None else environ)
-        self.settings = settings
-        self.namespace = common.check_namespace(settings.namespace)
+        super().__init__(settings, grace_s=grace_s, timeout_for=timeout_for)
         self.image = image or from_env.get("image", DEFAULT_IMAGE)
         self.gpu_image = gpu_image or from_env.get("gpu_image", DEFAULT_GPU_IMAGE)
         self.images = {**from_env.get("images", {}), **(images or {})}
@@ -89,31 +88,23 @@ class DockerBackend(common.Observed, Backend):
         self.gpu_ids = [str(g) for g in gpu_ids] if gpu_ids else None
         self.cap_add, self.security_opt = list(cap_add), list(security_opt)
         self.init = init
-        self.grace_s = float(grace_s)
-        self.timeout_for = common.timeout_lookup(timeout_for)
         self.resource_for = resource_for or common.registry_resource
         if client is None:
             try:
                 client = docker.from_env()
                 client.ping()
             except Exception as exc:
-                raise BackendError(f"no Docker engine answers ({exc}); start one (docker/ci-engine.sh on a test machine)") from exc
+                raise BackendError(f"no Docker engine answers ({exc}); "
+                                   "start one (docker/ci-engine.sh on a test machine)") from exc
         self._docker = client
-        self._redis = common.redis_for(settings)
-        self._stopping_key = f"{self.namespace}:docker:stopping"
-        self._lives = common.Lives(self._redis, self.namespace, self.kind)
-        self._readiness = common.Readiness(self._redis, self.namespace)
-        self._lock = threading.RLock()
+        self._retirements = Retirements(self._redis, self.namespace, self.kind)
 
     # -- the interface --------------------------------------------------------------------------
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
-        common.check_stage(stage)
-        common.check_count(n)
-        timeout_s = self.timeout_for(stage)  # an unknown pipeline or stage fails here, before anything starts
+        names, timeout_s = self._asked(stage, n, request_id)
         resource = self.resource_for(stage)
         limits = self.limits.get(stage) or self.limits.get(resource) or Limits()
-        names = common.worker_names(self.namespace, stage, n, request_id)
         # Every worker of the call is spawned when it was asked for, not when its container's turn came:
         # creating containers takes the engine seconds under load, and a pool counts a worker (and pays
         # for it) from the planner's request, so its start-up is measured from there too.
@@ -131,46 +122,10 @@ class DockerBackend(common.Observed, Backend):
                 futures = [pool.submit(self._start, name, stage, limits, timeout_s, gpu, asked_at)
                            for name, gpu in zip(missing, gpus)]
             errors = [f.exception() for f in futures if f.exception() is not None]
-        with self._lock:
-            by_name = {w.name: w for w in self._observe()}
-            self._lives.flush()
+        by_name = self._observed()
         if errors:
             raise errors[0]
         return [by_name[x] for x in names if x in by_name]
-
-    def retire(self, names: Iterable[str]) -> list[Worker]:
-        wanted = list(dict.fromkeys(names))
-        now = time.time()
-        with self._lock:
-            containers = {c["Labels"].get(f"{LABEL}.worker"): c for c in self._containers()}
-            stopping = self._stopping()
-            for name in wanted:
-                c = containers.get(name)
-                if c is None or name in stopping or c["State"] not in _ALIVE:
-                    continue
-                stage = c["Labels"][f"{LABEL}.stage"]
-                wait_s = self.timeout_for(stage) + self.grace_s
-                self._redis.hset(self._stopping_key, name, json.dumps({"since": now, "kill_at": now + wait_s}))
-                self._stop_async(c["Id"], name, wait_s)
-            by_name = {w.name: w for w in self._observe()}
-            self._lives.flush()
-        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
-
-    def reconcile(self) -> list[Worker]:
-        with self._lock:
-            workers = self._observe()
-            ids = {c["Labels"].get(f"{LABEL}.worker"): c["Id"] for c in self._containers()}
-            stopping = self._stopping()
-            now = time.time()
-            for w in workers:
-                self._lives.spawned(w.name, w.stage, w.spawned_at)  # the recorder upserts by name
-                if w.state is WorkerState.STOPPING and w.name in ids:
-                    # the previous daemon's stop call died with it: ask again for the time that is left
-                    self._stop_async(ids[w.name], w.name, max(stopping[w.name]["kill_at"] - now, 0.0))
-            self._lives.flush()
-        if workers:
-            log.info("docker backend adopted %d worker container(s) of namespace %s", len(workers), self.namespace)
-        return workers
 
     def close(self) -> None:
         self._redis.close()
@@ -181,10 +136,6 @@ class DockerBackend(common.Observed, Backend):
     def _containers(self) -> list[dict]:
         filters = {"label": [f"{LABEL}.namespace={self.namespace}", f"{LABEL}.backend=docker"]}
         return self._docker.api.containers(all=True, filters=filters)
-
-    def _stopping(self) -> dict[str, dict]:
-        raw = self._redis.hgetall(self._stopping_key)
-        return {k.decode(): json.loads(v) for k, v in raw.items()}
 
     def _free_gpus(self, n: int) -> list[str | None]:
         """A distinct free GPU for each of `n` new GPU workers (None each: the runtime picks, when no ids are given)."""
@@ -217,13 +168,36 @@ class DockerBackend(common.Observed, Backend):
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # a retried spawn raced another: the worker exists
                 return
-            raise BackendError(f"could not create worker container {name} from image {create['image']!r}: {exc.explanation or exc}") from exc
+            raise BackendError(f"could not create worker container {name} from image {create['image']!r}: "
+                               f"{exc.explanation or exc}") from exc
         try:
             api.start(container)
         except docker.errors.APIError as exc:
             self._discard(container, name)
             raise BackendError(f"could not start worker container {name}: {exc.explanation or exc}") from exc
         self._lives.spawned(name, stage, spawned_at)
+
+    def _retire(self, wanted: list[str]) -> None:
+        now = time.time()
+        containers = {c["Labels"].get(f"{LABEL}.worker"): c for c in self._containers()}
+        stopping = self._retirements.all()
+        for name in wanted:
+            c = containers.get(name)
+            if c is None or name in stopping or c["State"] not in _ALIVE:
+                continue
+            wait_s = self.timeout_for(c["Labels"][f"{LABEL}.stage"]) + self.grace_s
+            self._retirements.mark(name, now, wait_s)
+            self._stop_async(c["Id"], name, wait_s)
+
+    def _adopt(self, workers: list[Worker]) -> None:
+        super()._adopt(workers)
+        ids = {c["Labels"].get(f"{LABEL}.worker"): c["Id"] for c in self._containers()}
+        stopping = self._retirements.all()
+        now = time.time()
+        for w in workers:
+            if w.state is WorkerState.STOPPING and w.name in ids:
+                # the previous daemon's stop call died with it: ask again for the time that is left
+                self._stop_async(ids[w.name], w.name, max(stopping[w.name]["kill_at"] - now, 0.0))
 
     def _stop_async(self, container_id: str, name: str, wait_s: float) -> None:
         """`docker stop` with the stage's timeout + grace, off the caller's thread (it can take minutes)."""
@@ -238,7 +212,7 @@ class DockerBackend(common.Observed, Backend):
 
     def _observe(self) -> list[Worker]:
         now = time.time()
-        stopping = self._stopping()
+        stopping = self._retirements.all()
         alive: list[tuple[dict, str, str, float]] = []
         for c in self._containers():
             labels = c["Labels"]
@@ -260,16 +234,12 @@ class DockerBackend(common.Observed, Backend):
                 log.warning("worker container %s outlived its stop timeout; killing it", name)
                 self._kill(c["Id"])
             alive.append((c, name, stage, spawned_at))
-        for name in set(stopping) - {a[1] for a in alive}:
-            self._redis.hdel(self._stopping_key, name)
+        self._retirements.prune(stopping, (a[1] for a in alive))
         ready = self._readiness.ready({name: stage for _, name, stage, _ in alive})
         workers = []
         for c, name, stage, spawned_at in sorted(alive, key=lambda a: (a[3], a[1])):
             mark = stopping.get(name)
-            if mark is not None:
-                state = WorkerState.STOPPING
-            else:
-                state = WorkerState.RUNNING if name in ready else WorkerState.STARTING
+            state = state_of(stopping=mark is not None, ready=name in ready)
             workers.append(Worker(name, stage, state, spawned_at, self.kind, c["Id"][:12], ready.get(name),
                                   mark["since"] if mark else None))
         return workers
@@ -279,12 +249,11 @@ class DockerBackend(common.Observed, Backend):
             finished = engine_time(self._docker.api.inspect_container(c["Id"])["State"].get("FinishedAt"))
         except docker.errors.NotFound:
             return  # someone removed it meanwhile; whoever did saw it go
-        if name not in self._stopping():
+        if name not in self._retirements.all():
             tail = self._docker.api.logs(c["Id"], tail=20).decode(errors="replace")
             log.warning("worker container %s exited without being retired; its last output:\n%s", name, tail)
-        self._lives.retired(name, stage, finished or now)
-        self._readiness.forget([name])
-        self._redis.hdel(self._stopping_key, name)
+        self._closed(name, stage, finished or now)
+        self._retirements.drop(name)
         self._discard(c["Id"], name)
 
     def _discard(self, container_id: str, name: str) -> None:

@@ -10,11 +10,11 @@ Payload (a JSON object):
 - `harness` (string, optional): a CUDA source with `main()` that declares the kernels and host functions
   it uses from the response (`__global__ void add(const float*, const float*, float*, int);`) and calls
   them. The response (`kernel.cu`) and the harness (`main.cu`) are compiled apart and linked
-  (`cuda_harness`); a harness that `#include`s "kernel.cu" is `invalid_input`. The harness must return
+  (`harness`); a harness that `#include`s "kernel.cu" is `invalid_input`. The harness must return
   from `main` (not `exit()`) and leave stdout and std::cout where they were (no freopen, no
-  `sync_with_stdio(false)`): the farm's wrapper then writes a completion record (`cuda_record`) that the
+  `sync_with_stdio(false)`): the farm's wrapper then writes a completion record (`record`) that the
   execute stage requires; a status other than 0 from `main` is `wrong`. The response's object is checked
-  before linking (`cuda_checks`: no `main`, no constructors, no replacing the harness's or the libraries'
+  before linking (`checks`: no `main`, no constructors, no replacing the harness's or the libraries'
   functions, no exit/signals/files/environment/threads from its host code) -> `compile_error` saying what
   was found. Template kernels have internal linkage on the host: a harness launches them through a
   function the response exports. Without a harness the response must be a whole program with `main()`:
@@ -52,8 +52,8 @@ from workers import sandbox
 from workers.extract import extract_code
 from workers.pipelines.common import (compiled, contained, finite, finite_list, number_field, shown, tail, text_field,
                                      unpack_binary)
-from workers.pipelines.cuda_harness import build, harness_problem
-from workers.pipelines.cuda_record import NONCE_VARIABLE, new_nonce, split_record
+from workers.pipelines.cuda.harness import build, harness_problem
+from workers.pipelines.cuda.record import NONCE_VARIABLE, new_nonce, split_record
 
 COMPILE_LIMITS = sandbox.Limits(memory_bytes=8 * sandbox.GiB, nproc=64, file_bytes=256 * sandbox.MiB,
                                 disk_bytes=1 * sandbox.GiB)

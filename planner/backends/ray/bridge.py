@@ -1,4 +1,4 @@
-"""The ray backend's side of its driver process (planner.backends.ray_driver): start it, ask it, and
+"""The ray backend's side of its driver process (planner.backends.ray.driver): start it, ask it, and
 start it again when it died (the cluster went away and took the driver with it, or it was killed).
 
 Thread-safe: one request at a time. A call that cannot be answered raises BackendError with what
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.backends import BackendError
-from planner.backends.processes import end_by_stdin, python
+from farm.processes import end_by_stdin, python
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Bridge:
             raise BackendError(f"the Ray cluster is unreachable ({self._last_error}); trying again shortly")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as err:
-            proc = subprocess.Popen(python("-m", "planner.backends.ray_driver", self.address, self.namespace),
+            proc = subprocess.Popen(python("-m", "planner.backends.ray.driver", self.address, self.namespace),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                     bufsize=1, start_new_session=True, close_fds=True)
         self._proc = proc

@@ -15,7 +15,7 @@ Payload: `response` (the model's text) and `answer` (the reference, LaTeX or pla
    and so are answers that differ as text and run past `MAX_COMPARED` (64 Ki) characters in all.
 3. One value: the reference is one value unless its text or its parse shows several (the tests below). Against
    a one-value reference, an answer that holds several values is `wrong` ("gives several values (a set)"),
-   decided by `workers.pipelines.math_answer` before math-verify's verdict, from its text: `\\pm` / `\\mp`;
+   decided by `workers.pipelines.math.answer` before math-verify's verdict, from its text: `\\pm` / `\\mp`;
    `\\lor`, `\\vee`, `\\cup` and friends; the words or/and/either; a comma or semicolon outside brackets
    (`1,000` is one number); more than one relation, or one other than `=` / `\\approx` / `\\equiv`; an equation
    whose left side is not a name (`3 = 5`, `3\\text{ m} = 5`; but `x = 5`, `x_1 = 5`, `f(2) = 5`); a digit
@@ -29,7 +29,7 @@ Payload: `response` (the model's text) and `answer` (the reference, LaTeX or pla
    `\\lim`, `\\sum`, `\\prod`, `\\partial`, `\\frac{d}{dx}`; sympy's Integral & co. anywhere in it) is `wrong`
    ("leaves the problem unevaluated"), unless the reference writes one too: `\\int_0^1 x^2 e^x\\,dx` is the
    problem that e - 2 answers.
-6. Numbers (`workers.pipelines.math_numbers`): digits apart in groups of three are one number (`10\\,000`,
+6. Numbers (`workers.pipelines.math.numbers`): digits apart in groups of three are one number (`10\\,000`,
    `10{,}000`, `10 000`; math-verify read `5\\,000` as 5*000), other digits apart (`1\\,5`) are `wrong`; a
    whole answer in e-notation is scientific (`2e-2` is 0.02). Two numbers are compared by us, not by
    math-verify (whose 6 decimal places passed 1.67e-27 for 9.11e-31): exact ones (integers up to 20000 digits,
@@ -61,11 +61,11 @@ from farm.pipeline import Admission, InvalidInput, Pipeline, Stage, StageContext
 from farm.results import Outcome, Status
 from workers import sandbox
 from workers.extract import answer_flood, extract_answer, final_answers
-from workers.pipelines import math_numbers
+from workers.pipelines.math import numbers
 from workers.pipelines.common import contained, text_field
-from workers.pipelines.math_answer import (count_numbers, distinct_answers, restated_parsed, restated_text,
+from workers.pipelines.math.answer import (count_numbers, distinct_answers, restated_parsed, restated_text,
                                            several_values_parsed, several_values_text)
-from workers.pipelines.math_numbers import (Number, OutOfRange, compared_values, literal, loose_digits, normalize,
+from workers.pipelines.math.numbers import (Number, OutOfRange, compared_values, literal, loose_digits, normalize,
                                             parsed_number, same_value)
 from workers.shown import clip
 
@@ -152,7 +152,7 @@ def _number(value: Any) -> Number | None:
 
 def _judge(reference: str, gold: list[Any], expected: Number | None, answer: str) -> dict[str, Any]:
     """The verdict on one answer once the reference is read: the answer-form rules, then numbers by
-    `math_numbers`, then math-verify (whose numeric comparison is ours too, see `math_numbers.install`)."""
+    `numbers`, then math-verify (whose numeric comparison is ours too, see `numbers.install`)."""
     from math_verify import LatexExtractionConfig, parse, verify
 
     first = gold[0] if gold and not isinstance(gold[0], str) else None
@@ -209,7 +209,7 @@ def equivalent(pair: Mapping[str, str]) -> dict[str, Any]:
     from math_verify import grader, parse  # sympy and friends: in the child, not in clients
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" notices: ours is the hard kill
-    math_numbers.install(grader)
+    numbers.install(grader)
     reference = normalize(pair["reference"])
     try:
         gold = parse(_wrap(reference), parsing_timeout=None, raise_on_error=True)

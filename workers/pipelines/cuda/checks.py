@@ -3,7 +3,7 @@
 The response's host code runs inside the harness's process, so its object is read (`elf`) for the ways
 it could act outside the calls the harness makes into it: code that runs before main (constructors,
 ifunc resolvers), names that replace the harness's, the farm wrapper's or a system library's functions,
-references to the calls in `cuda_symbols.FORBIDDEN`, raw system-call instructions, writable or oddly
+references to the calls in `symbols.FORBIDDEN`, raw system-call instructions, writable or oddly
 placed code. Each finding is a `compile_error` naming it. Device code (the fatbinary) is data here.
 
 nvcc emits one static constructor per object, `__sti____cudaRegisterAll` (a local function that
@@ -27,8 +27,9 @@ import collections
 import re
 from dataclasses import dataclass
 
-from workers.pipelines import cuda_symbols, elf
-from workers.pipelines.elf import Elf, MalformedElf, Symbol
+from workers.pipelines.cuda import elf
+from workers.pipelines.cuda.elf import Elf, MalformedElf, Symbol
+from workers.pipelines.cuda.symbols import forbidden, in_library, system_names
 
 PRIVATE = "farm.private."  # the prefix of a weak definition made private to the response
 STB_GNU_UNIQUE = 10
@@ -178,7 +179,7 @@ def _closure(obj: Elf, relocs: dict, symbols: dict, root: Symbol, helpers: set[s
 
 def _definitions(obj: Elf, theirs: Elf, ours: Elf) -> tuple[list[str], dict[int, str]]:
     """Problems with the names the response defines, and the weak ones to make private."""
-    system = cuda_symbols.system_names()
+    system = system_names()
     wrapper = {s.name for s in ours.symbols if s.bind != elf.STB_LOCAL and s.name}
     wrapper |= {"__wrap_main", "__real_main"}
     harness = {s.name for s in theirs.symbols if s.defined and s.bind != elf.STB_LOCAL}
@@ -222,16 +223,16 @@ def _references(obj: Elf, theirs: Elf, ours: Elf, relocs: dict, registration: se
     for section, rs in relocs.items():
         for r in rs:
             where[r.symbol.name].add(section)
-    system = cuda_symbols.system_names()
+    system = system_names()
     inside = {s.name for e in (theirs, ours) for s in e.symbols if s.defined and s.bind != elf.STB_LOCAL}
     inside.add("__real_main")  # the harness's main, under --wrap=main
     problems = []
     for name in sorted({s.name for s in obj.symbols if not s.defined and s.name}):
-        why = cuda_symbols.forbidden(name)
+        why = forbidden(name)
         if why and not (name in NVCC_CALLS and where[name] and where[name] <= registration):
             problems.append(f"its host code references {name} (a response may not {why})")
         plain = name.split("@")[0]
-        if plain in inside and plain not in system and not cuda_symbols.in_library(plain):
+        if plain in inside and plain not in system and not in_library(plain):
             problems.append(f"it references {plain}, which the harness or the farm's wrapper defines "
                             "(the harness calls the response, not the other way round)")
     return problems

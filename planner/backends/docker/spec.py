@@ -23,7 +23,8 @@ class Limits:
     gpus: int = 0
 
     def __post_init__(self) -> None:
-        if self.cpus is not None and not (isinstance(self.cpus, (int, float)) and self.cpus > 0 and math.isfinite(self.cpus)):
+        if self.cpus is not None and not (isinstance(self.cpus, (int, float)) and self.cpus > 0
+                                          and math.isfinite(self.cpus)):
             raise ValueError(f"cpus must be a positive number, not {self.cpus!r}")
         if self.gpus not in (0, 1):
             raise ValueError(f"a worker holds 0 or 1 GPU, not {self.gpus!r}")
@@ -141,7 +142,8 @@ def options_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
                 raise ValueError("not an object of strings")
         except ValueError as exc:
-            raise ValueError(f"FARM_DOCKER_IMAGES must be a JSON object of stage queue or pipeline -> image: {exc}") from exc
+            raise ValueError(f"FARM_DOCKER_IMAGES must be a JSON object of stage queue or pipeline -> image: "
+                             f"{exc}") from exc
         options["images"] = images
     if environ.get("FARM_DOCKER_GPUS"):
         options["gpu_ids"] = [g.strip() for g in environ["FARM_DOCKER_GPUS"].split(",") if g.strip()]

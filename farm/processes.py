@@ -1,7 +1,10 @@
-"""What the local backend and its launcher ask of the operating system about worker processes: a
-process's start time (a pid with another start time is another process), finding one by its command
-line or its process group, the workers' niceness; and how the farm starts a Python child (`python`)
-and ties a child's life to its parent's (`die_with_parent`, `popen_tethered`).
+"""The farm's processes as the operating system knows them: a process's start time (a pid with another
+start time is another process), finding one by its command line or its process group, the local workers'
+niceness; and how the farm starts a Python child (`python`) and ties a child's life to its parent's
+(`die_with_parent`, `popen_tethered`).
+
+Neutral ground: the local backend and its launcher use it for their workers, the embedded farm for its
+Redis, Flower and planner, and the next farm of a data dir to end what a killed one left (farm.app.leftovers).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from queue import SimpleQueue
 from typing import Any, Callable, Mapping
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+TETHER_ENV = "FARM_WORKER_TETHER"  # "1": local workers end with the process that started them (`farm up` sets it)
 
 
 def python(*args: str) -> list[str]:

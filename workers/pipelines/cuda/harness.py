@@ -3,7 +3,7 @@ translation units, so no macro or definition of the response's can reach the har
 
 Three sandboxed nvcc runs and a check, in order: the response alone (`kernel.cu` -> `kernel.o`; the
 harness's source is not in that sandbox, so the response cannot #include it and copy its reference
-data); the harness and the farm's wrapper (`main.cu`, `cuda_record.WRAPPER_FILE`); `cuda_checks` on the
+data); the harness and the farm's wrapper (`main.cu`, `record.WRAPPER_FILE`); `checks` on the
 response's object; the link, harness first, with --wrap=main (the wrapper's `__wrap_main` runs the
 harness's `main` and writes the completion record) and a non-executable stack. A harness that does not
 compile on its own is the payload's fault (`invalid_input`); everything else fails as `compile_error`
@@ -22,9 +22,9 @@ from dataclasses import replace
 from farm.pipeline import StageOutcome
 from farm.results import Outcome, Status
 from workers import sandbox
-from workers.pipelines import cuda_checks
+from workers.pipelines.cuda import checks
 from workers.pipelines.common import compiled, tail
-from workers.pipelines.cuda_record import WRAPPER_FILE, WRAPPER_SOURCE
+from workers.pipelines.cuda.record import WRAPPER_FILE, WRAPPER_SOURCE
 from workers.scan import LinePattern
 
 # the response's compile: one section per function (so the checks see every call between functions as a
@@ -81,7 +81,7 @@ def build(code: str, harness: str, flags: list[str], timeout_s: float, limits: s
             while len(_COMPILED) > _COMPILED_MAX:
                 _COMPILED.popitem(last=False)
     try:
-        verdict = cuda_checks.check(kernel.files["kernel.o"], ours["main.o"], ours[WRAPPER_OBJECT])
+        verdict = checks.check(kernel.files["kernel.o"], ours["main.o"], ours[WRAPPER_OBJECT])
     except OSError as exc:  # the system libraries' names could not be read: a check with holes is not run
         return StageOutcome(Status.INFRA_ERROR, message=f"cannot check the response's object: {exc}")
     if verdict.problems:

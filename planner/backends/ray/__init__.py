@@ -1,10 +1,10 @@
 """The ray backend: each worker a detached Ray actor that runs `farm worker` as its child
-(planner.backends.ray_actor says why a child), so a farm's pools span every node of a Ray cluster and
+(planner.backends.ray.actor says why a child), so a farm's pools span every node of a Ray cluster and
 GPU stages land on GPU nodes.
 
 - Naming: actors are named after their workers in the Ray namespace `reward-farm.<namespace>`, so a
   restarted daemon re-adopts exactly its own farm's actors, and a retried spawn finds the same names.
-- Resources per stage (planner.backends.ray_spec): by resource kind (a core, one GPU, a quarter of a
+- Resources per stage (planner.backends.ray.spec): by resource kind (a core, one GPU, a quarter of a
   core), overridden per stage queue, pipeline or kind, with custom resources and node labels to keep a
   stage on the nodes that can run it, and a `runtime_env` for the nodes that lack the farm's code.
 - Pending: an actor Ray cannot place yet (no node has room) is `pending`. It counts toward its pool (the
@@ -17,7 +17,7 @@ GPU stages land on GPU nodes.
 - Records: `<namespace>:ray:lives` (name -> stage, spawned, placed) is written before an actor is asked
   for, and `<namespace>:ray:stopping` holds the retirements; both live in the farm's Redis, so a
   restarted daemon closes the lives of actors that died while it was away.
-- Every Ray call goes through one driver process (planner.backends.ray_bridge): a Ray driver exits when
+- Every Ray call goes through one driver process (planner.backends.ray.bridge): a Ray driver exits when
   it loses the cluster, and the daemon must not; it logs, keeps serving and tries again.
 
 Workers on other nodes reach the farm's Redis and history store with the URLs in the farm's settings,
@@ -29,15 +29,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from farm.config import STARTUP_DELAY_ENV, Settings
-from planner.backends import Backend, Worker, WorkerState, common
-from planner.backends.ray_bridge import Bridge
-from planner.backends.ray_spec import Resources, options_from_env, ray_namespace, resources_for
+from farm.config import Settings
+from planner.backends import Worker, WorkerState, common
+from planner.backends.lifecycle import Observed, Retirements, state_of
+from planner.backends.ray.bridge import Bridge
+from planner.backends.ray.spec import Resources, options_from_env, ray_namespace, resources_for
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ STARTING_KILL_S = 5.0  # a retiring worker that never became ready holds no requ
 _UNREGISTERED_GRACE_S = 30.0  # a life recorded this long ago whose actor the cluster never heard of: its spawn died
 
 
-class RayBackend(common.Observed, Backend):
+class RayBackend(Observed):
     kind = "ray"
 
     def __init__(
@@ -70,28 +70,17 @@ class RayBackend(common.Observed, Backend):
         adds to the farm's settings; `startup_delay_s` an artificial cold start (as the local backend's)."""
         source = os.environ if environ is None else environ
         from_env = options_from_env(source)
-        self.settings = settings
-        self.namespace = common.check_namespace(settings.namespace)
+        super().__init__(settings, grace_s=grace_s, timeout_for=timeout_for)
         self.address = address or from_env.get("address") or source.get("RAY_ADDRESS", "").strip() or "local"
         self.resources = {**from_env.get("resources", {}), **(resources or {})}
         self.runtime_env = dict(runtime_env if runtime_env is not None else from_env.get("runtime_env", {}))
         self.command = list(command) if command else None
-        self.env = {**common.worker_env(settings), **(env or {})}
-        if not (0 <= float(startup_delay_s) < float("inf")):
-            raise ValueError(f"startup_delay_s must be a finite number of seconds >= 0, not {startup_delay_s!r}")
-        if startup_delay_s > 0:
-            self.env[STARTUP_DELAY_ENV] = repr(float(startup_delay_s))
-        self.grace_s = float(grace_s)
-        self.timeout_for = common.timeout_lookup(timeout_for)
+        self.env = {**common.worker_env(settings), **(env or {}), **common.startup_delay(startup_delay_s)}
         self.resource_for = resource_for or common.registry_resource
         self.ray_namespace = ray_namespace(self.namespace)
-        self._redis = common.redis_for(settings)
-        self._lives = common.Lives(self._redis, self.namespace, self.kind)
-        self._readiness = common.Readiness(self._redis, self.namespace)
         self._lives_key = f"{self.namespace}:ray:lives"
-        self._stopping_key = f"{self.namespace}:ray:stopping"
+        self._retirements = Retirements(self._redis, self.namespace, self.kind)
         self._nodes: dict[str, str] = {}  # node id -> "ip/short id"
-        self._lock = threading.RLock()
         log_path = Path(os.path.expanduser(settings.data_dir)) / "ray" / f"{self.namespace}-driver.log"
         self._bridge = Bridge(self.address, self.ray_namespace, log_path)
         try:
@@ -103,20 +92,18 @@ class RayBackend(common.Observed, Backend):
     # -- the interface --------------------------------------------------------------------------
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
-        common.check_stage(stage)
-        common.check_count(n)
-        self.timeout_for(stage)  # an unknown pipeline or stage fails here, before anything starts
+        names, _ = self._asked(stage, n, request_id)
         options = resources_for(stage, self.resource_for(stage), self.resources).options()
         if self.runtime_env:
             options["runtime_env"] = self.runtime_env
-        names = common.worker_names(self.namespace, stage, n, request_id)
         with self._lock:
             known = self._records()
             alive = {a["name"] for a in self._actors() if a["state"] != "dead"}
             for name in [x for x in names if x not in known and x not in alive]:
                 now = time.time()
                 # recorded before it is asked for: a daemon that dies mid-spawn leaves a life to close
-                self._redis.hset(self._lives_key, name, json.dumps({"stage": stage, "spawned_at": now, "placed_at": None}))
+                record = {"stage": stage, "spawned_at": now, "placed_at": None}
+                self._redis.hset(self._lives_key, name, json.dumps(record))
                 try:
                     self._bridge.call("create", name=name, stage=stage, options=options,
                                       args={"env": self.env, "command": self.command})
@@ -124,52 +111,8 @@ class RayBackend(common.Observed, Backend):
                     self._redis.hdel(self._lives_key, name)
                     raise
                 self._lives.spawned(name, stage, now, placed=False)
-            by_name = {w.name: w for w in self._observe()}
-            self._lives.flush()
+            by_name = self._observed()
         return [by_name[x] for x in names if x in by_name]
-
-    def retire(self, names: Iterable[str]) -> list[Worker]:
-        wanted = list(dict.fromkeys(names))
-        with self._lock:
-            current = {w.name: w for w in self._observe()}
-            for name in wanted:
-                w = current.get(name)
-                if w is None or w.state is WorkerState.STOPPING:
-                    continue
-                now = time.time()
-                if w.state is WorkerState.PENDING:
-                    wait_s = 0.0  # never placed: it holds nothing, and room may never come
-                elif w.state is WorkerState.STARTING:
-                    wait_s = STARTING_KILL_S
-                else:
-                    wait_s = self.timeout_for(w.stage) + self.grace_s
-                self._redis.hset(self._stopping_key, name, json.dumps({"since": now, "kill_at": now + wait_s}))
-                if w.state is WorkerState.PENDING:
-                    self._bridge.call("kill", name=name)
-                else:
-                    self._bridge.call("retire", name=name, kill_after_s=wait_s,
-                                      starting=w.state is WorkerState.STARTING)
-            by_name = {w.name: w for w in self._observe()}
-            self._lives.flush()
-        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
-
-    def reconcile(self) -> list[Worker]:
-        with self._lock:
-            workers = self._observe()
-            records, stopping = self._records(), self._stopping()
-            now = time.time()
-            for w in workers:
-                self._lives.spawned(w.name, w.stage, w.spawned_at, placed=False)  # the recorder upserts by name
-                placed_at = records.get(w.name, {}).get("placed_at")
-                if placed_at is not None:
-                    self._lives.placed(w.name, w.stage, placed_at)
-                if w.name in stopping and placed_at is not None:
-                    # the actor's own timer holds; asking again is harmless (a retiring actor ignores it)
-                    self._bridge.call("retire", name=w.name, kill_after_s=max(stopping[w.name]["kill_at"] - now, 0.0))
-            self._lives.flush()
-        if workers:
-            log.info("ray backend adopted %d worker actor(s) of namespace %s", len(workers), self.namespace)
-        return workers
 
     def close(self) -> None:
         self._bridge.close()
@@ -186,6 +129,39 @@ class RayBackend(common.Observed, Backend):
             self._refresh_nodes()
             return dict(self._nodes)
 
+    # -- retiring and adopting -----------------------------------------------------------------
+
+    def _retire(self, wanted: list[str]) -> None:
+        current = {w.name: w for w in self._observe()}
+        for name in wanted:
+            w = current.get(name)
+            if w is None or w.state is WorkerState.STOPPING:
+                continue
+            now = time.time()
+            if w.state is WorkerState.PENDING:
+                wait_s = 0.0  # never placed: it holds nothing, and room may never come
+            elif w.state is WorkerState.STARTING:
+                wait_s = STARTING_KILL_S
+            else:
+                wait_s = self.timeout_for(w.stage) + self.grace_s
+            self._retirements.mark(name, now, wait_s)
+            if w.state is WorkerState.PENDING:
+                self._bridge.call("kill", name=name)
+            else:
+                self._bridge.call("retire", name=name, kill_after_s=wait_s, starting=w.state is WorkerState.STARTING)
+
+    def _adopt(self, workers: list[Worker]) -> None:
+        records, stopping = self._records(), self._retirements.all()
+        now = time.time()
+        for w in workers:
+            self._lives.spawned(w.name, w.stage, w.spawned_at, placed=False)  # the recorder upserts by name
+            placed_at = records.get(w.name, {}).get("placed_at")
+            if placed_at is not None:
+                self._lives.placed(w.name, w.stage, placed_at)
+            if w.name in stopping and placed_at is not None:
+                # the actor's own timer holds; asking again is harmless (a retiring actor ignores it)
+                self._bridge.call("retire", name=w.name, kill_after_s=max(stopping[w.name]["kill_at"] - now, 0.0))
+
     # -- observing ------------------------------------------------------------------------------
 
     def _actors(self) -> list[dict[str, Any]]:
@@ -193,9 +169,6 @@ class RayBackend(common.Observed, Backend):
 
     def _records(self) -> dict[str, dict[str, Any]]:
         return {k.decode(): json.loads(v) for k, v in self._redis.hgetall(self._lives_key).items()}
-
-    def _stopping(self) -> dict[str, dict[str, Any]]:
-        return {k.decode(): json.loads(v) for k, v in self._redis.hgetall(self._stopping_key).items()}
 
     def _refresh_nodes(self) -> None:
         for node_id, node in self._bridge.call("nodes").items():
@@ -207,7 +180,7 @@ class RayBackend(common.Observed, Backend):
             seen = actors.get(a["name"])
             if seen is None or seen["state"] == "dead":
                 actors[a["name"]] = a
-        records, stopping, now = self._records(), self._stopping(), time.time()
+        records, stopping, now = self._records(), self._retirements.all(), time.time()
         for name, a in actors.items():
             if name not in records and a["state"] != "dead" and name.startswith(self.namespace + "."):
                 # alive in the cluster, unknown to our records (they were lost with a Redis without persistence)
@@ -235,18 +208,12 @@ class RayBackend(common.Observed, Backend):
                 log.warning("worker actor %s outlived its stop timeout; killing it", name)
                 self._bridge.call("kill", name=name)
             found.append((name, record, a))
-        for name in set(stopping) - {f[0] for f in found}:
-            self._redis.hdel(self._stopping_key, name)
+        self._retirements.prune(stopping, (f[0] for f in found))
         ready = self._readiness.ready({name: r["stage"] for name, r, a in found if a["state"] == "alive"})
         workers = []
         for name, record, a in sorted(found, key=lambda f: (f[1]["spawned_at"], f[0])):
             mark = stopping.get(name)
-            if mark is not None:
-                state = WorkerState.STOPPING
-            elif a["state"] != "alive":
-                state = WorkerState.PENDING
-            else:
-                state = WorkerState.RUNNING if name in ready else WorkerState.STARTING
+            state = state_of(stopping=mark is not None, placed=a["state"] == "alive", ready=name in ready)
             workers.append(Worker(name, record["stage"], state, record["spawned_at"], self.kind, name,
                                   ready.get(name), mark["since"] if mark else None,
                                   node=self._nodes.get(a["node"], a["node"][:8]) if a["state"] == "alive" else ""))
@@ -255,7 +222,6 @@ class RayBackend(common.Observed, Backend):
     def _gone(self, name: str, record: dict[str, Any], at: float, death: str, retired: bool) -> None:
         if not retired:
             log.warning("worker actor %s ended without being retired: %s", name, death or "gone from the cluster")
-        self._lives.retired(name, record["stage"], at)
-        self._readiness.forget([name])
+        self._closed(name, record["stage"], at)
         self._redis.hdel(self._lives_key, name)
-        self._redis.hdel(self._stopping_key, name)
+        self._retirements.drop(name)

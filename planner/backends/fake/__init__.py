@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable
 
 from farm import events
 from farm.config import Settings
-from planner.backends import Backend, Worker, WorkerState, common
+from planner.backends import Backend, Worker, common
+from planner.backends.lifecycle import asked, now_stopping, state_of
 
 
 @dataclass
@@ -78,10 +79,7 @@ class FakeBackend(Backend):
         return [w for w in workers if stage is None or w.stage == stage]
 
     def spawn(self, stage: str, n: int, *, request_id: str | None = None) -> list[Worker]:
-        common.check_stage(stage)
-        common.check_count(n)
-        self.timeout_for(stage)
-        names = common.worker_names(self.namespace, stage, n, request_id)
+        names, _ = asked(self.namespace, stage, n, request_id, self.timeout_for)
         with self.world.lock:
             now = self.world.clock()
             for name in names:
@@ -104,9 +102,8 @@ class FakeBackend(Backend):
                 if not p.busy:
                     p.exited_at = now  # SIGTERM to an idle Celery worker: it leaves at once
             # retiring does not reap: like the real backends, the worker is seen stopping first
-            workers = [self._worker(p, now) for p in self._mine()]
-        by_name = {w.name: w for w in workers}
-        return [by_name[n] for n in wanted if n in by_name and by_name[n].state is WorkerState.STOPPING]
+            workers = {p.name: self._worker(p, now) for p in self._mine()}
+        return now_stopping(wanted, workers)
 
     def reconcile(self) -> list[Worker]:
         with self.world.lock:
@@ -136,9 +133,6 @@ class FakeBackend(Backend):
 
     def _worker(self, p: FakeProcess, now: float) -> Worker:
         ready_at = p.spawned_at + self.world.ready_after_s
-        if p.stopping_since is not None:
-            state = WorkerState.STOPPING
-        else:
-            state = WorkerState.RUNNING if now >= ready_at else WorkerState.STARTING
+        state = state_of(stopping=p.stopping_since is not None, ready=now >= ready_at)
         return Worker(p.name, p.stage, state, p.spawned_at, self.kind, p.name,
                       ready_at if now >= ready_at else None, p.stopping_since)

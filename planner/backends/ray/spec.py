@@ -33,7 +33,8 @@ class Resources:
         _amount(self.num_gpus, "num_gpus")
         if self.num_gpus > 1:
             raise ValueError(f"a worker holds at most one GPU (or a fraction of one), not {self.num_gpus!r}")
-        if self.memory is not None and (isinstance(self.memory, bool) or not isinstance(self.memory, int) or self.memory <= 0):
+        if self.memory is not None and (isinstance(self.memory, bool) or not isinstance(self.memory, int)
+                                        or self.memory <= 0):
             raise ValueError(f"memory must be a whole number of bytes > 0, not {self.memory!r}")
         if not isinstance(self.custom, Mapping) or not all(isinstance(k, str) and k for k in self.custom):
             raise ValueError(f"custom resources must map {_RESOURCE_NAME} to an amount, not {self.custom!r}")

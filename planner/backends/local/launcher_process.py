@@ -1,5 +1,5 @@
-"""The launcher process (`python -m planner.backends.launcher_process`) that a `Launcher` starts and speaks
-to (planner.backends.launcher gives the protocol): it imports what a worker needs once, then forks each
+"""The launcher process (`python -m planner.backends.local.launcher_process`) that a `Launcher` starts and speaks
+to (planner.backends.local.launcher gives the protocol): it imports what a worker needs once, then forks each
 worker it is asked for.
 
 A forked worker is exactly a `farm worker --stage S --name N` (same code, `workers.process.serve`) in a
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from farm import registry
-from planner.backends.processes import nice_session, tether
+from farm.processes import nice_session, tether
 from workers.process import serve
 
 # imported before any fork: what every worker needs to reach Celery's worker_ready
@@ -182,7 +182,7 @@ def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
 
 def _name_process(title: str) -> None:
     """The short name `ps -o comm`, `top` and `pgrep` (without -f) show; the full command line stays the
-    launcher's (`python -m planner.backends.launcher_process`): a forked process cannot change it."""
+    launcher's (`python -m planner.backends.local.launcher_process`): a forked process cannot change it."""
     try:
         with open("/proc/self/comm", "w") as f:
             f.write(title[:15])

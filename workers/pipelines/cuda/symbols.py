@@ -1,9 +1,9 @@
-"""Names, for the checks on a response's object (`cuda_checks`): what its host code may not call, what it
+"""Names, for the checks on a response's object (`checks`): what its host code may not call, what it
 may not define (the system libraries' names), and which names are library template code.
 
 The forbidden calls are the ways a response's host code could end the process or move control past the
 harness's checks, take over stdin/stdout, run code on another thread, or read the environment (the
-completion record's nonce) or the process's own tables. The record (`cuda_record`) already defeats
+completion record's nonce) or the process's own tables. The record (`record`) already defeats
 every early ending; naming them here turns the attempt into a clear `compile_error` before any GPU time.
 """
 
@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 
-from workers.pipelines.elf import Elf, archive_symbols
+from workers.pipelines.cuda.elf import Elf, archive_symbols
 from workers.sandbox import SANDBOX_PATH
 
 # name (after `normalise`) -> why it is refused; every entry is something a kernel's host code never needs.

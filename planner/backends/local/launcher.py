@@ -3,14 +3,14 @@ worker from itself, so a worker skips the interpreter's start and its imports (a
 CPU a `farm worker` exec takes to be ready: on a small machine, a burst of new workers is ready in a
 third of the time).
 
-`python -m planner.backends.launcher_process` reads one JSON request a line on stdin and answers on stdout:
+`python -m planner.backends.local.launcher_process` reads one JSON request a line on stdin and answers on stdout:
 
     {"name": N, "stage": S, "log": PATH, "pidfile": PATH, "env": {...}, "nice": 0, "events": true, "tether": false}
         -> {"name": N, "pid": PID}  or  {"name": N, "error": "why"}
     and, whenever a worker it forked exits: {"exited": PID, "at": EPOCH_SECONDS, "status": CODE}
 
 This module is the backend's side, `Launcher`, which starts that process and speaks to it; the process
-side (what a forked worker becomes) is planner.backends.launcher_process.
+side (what a forked worker becomes) is planner.backends.local.launcher_process.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from planner.backends.processes import end_by_stdin, python
+from farm.processes import end_by_stdin, python
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ class Launcher:
                 proc.stdin.write((json.dumps(request) + "\n").encode())
                 proc.stdin.flush()
             except (BrokenPipeError, OSError) as exc:
-                raise LauncherError(f"the worker launcher (pid {proc.pid}) is gone: {exc}; see {self.log_path}") from exc
+                raise LauncherError(f"the worker launcher (pid {proc.pid}) is gone: {exc}; "
+                                    f"see {self.log_path}") from exc
             deadline = time.monotonic() + timeout_s
             with self._answered:
                 while name not in self._answers:
@@ -92,7 +93,7 @@ class Launcher:
             return self._proc
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as err:
-            proc = subprocess.Popen(python("-m", "planner.backends.launcher_process"), stdin=subprocess.PIPE,
+            proc = subprocess.Popen(python("-m", "planner.backends.local.launcher_process"), stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True, close_fds=True)
         self._proc = proc
         threading.Thread(target=self._read, args=(proc,), name="launcher-reader", daemon=True).start()
