@@ -13,9 +13,11 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from farm.protocol.keys import Keys
+
 
 def heartbeat_key(namespace: str) -> str:
-    return f"{namespace}:planner"
+    return Keys(namespace).planner
 
 
 @dataclass(frozen=True)

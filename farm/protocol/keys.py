@@ -94,8 +94,9 @@ BROKER = Shape(".{queue}")  # list: the Celery queue (kombu's) a stage queue's w
 TENANT_OPEN = Shape(":gw:t{tenant}:open")  # set: a tenant's batches the gateway counts as open (its limit)
 ROLL = Shape(":gw:roll:t{tenant}:{protocol}")  # hash: a tenant's current rolling batch of one protocol
 ROLL_SAMPLE = Shape(ROLL.pattern + ":s:{sample}")  # string: the rolling batch a sample joined (its retries find it)
+STOPPING = Shape(":{backend}:stopping")  # hash: a backend's workers retiring: name -> since (planner.backends)
 SHAPES = {"batch_key": BATCH, "queue_key": QUEUE, "broker_key": BROKER, "tenant_open_key": TENANT_OPEN,
-          "roll_key": ROLL, "roll_sample_key": ROLL_SAMPLE}  # by the name of their Lua function
+          "roll_key": ROLL, "roll_sample_key": ROLL_SAMPLE, "stopping_key": STOPPING}  # by their Lua function's name
 
 
 class Keys:
@@ -115,6 +116,8 @@ class Keys:
     tasks = Named(":tasks")  # hash: task -> its pipeline (a task keeps one)
     seq = Named(":seq")  # counter: the order requests entered stage queues (the scheduler `fcfs`)
     rolls = Named(":gw:rolls")  # set: the gateway's rolling-batch states (ROLL keys)
+    planner = Named(":planner")  # string: the planner's heartbeat, with a time to live (farm.protocol.heartbeat)
+    ray_lives = Named(":ray:lives")  # hash: the Ray backend's actors: name -> stage, spawned, placed
 
     def __init__(self, namespace: str) -> None:
         self.ns = namespace
@@ -136,6 +139,9 @@ class Keys:
 
     def roll(self, tenant_id: int, protocol: str) -> str:
         return ROLL.build(self.ns, tenant_id, protocol)
+
+    def stopping(self, backend: str) -> str:
+        return STOPPING.build(self.ns, backend)
 
     def roll_sample(self, tenant_id: int, protocol: str, sample: str) -> str:
         return ROLL_SAMPLE.build(self.ns, tenant_id, protocol, sample)

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Iterable, Mapping
 
 from farm.config import Settings
+from farm.protocol.keys import Keys
 from planner.backends import Backend, Worker, WorkerState, common
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class Retirements:
 
     def __init__(self, client: Any, namespace: str, backend: str) -> None:
         self._client = client
-        self.key = f"{namespace}:{backend}:stopping"
+        self.key = Keys(namespace).stopping(backend)
 
     def all(self) -> dict[str, dict[str, float]]:
         return {k.decode(): json.loads(v) for k, v in self._client.hgetall(self.key).items()}

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from farm.config import Settings
+from farm.protocol.keys import Keys
 from planner.backends import Worker, WorkerState, common
 from planner.backends.lifecycle import Observed, Retirements, state_of
 from planner.backends.ray.bridge import Bridge
@@ -78,7 +79,7 @@ class RayBackend(Observed):
         self.env = {**common.worker_env(settings), **(env or {}), **common.startup_delay(startup_delay_s)}
         self.resource_for = resource_for or common.registry_resource
         self.ray_namespace = ray_namespace(self.namespace)
-        self._lives_key = f"{self.namespace}:ray:lives"
+        self._lives_key = Keys(self.namespace).ray_lives
         self._retirements = Retirements(self._redis, self.namespace, self.kind)
         self._nodes: dict[str, str] = {}  # node id -> "ip/short id"
         log_path = Path(os.path.expanduser(settings.data_dir)) / "ray" / f"{self.namespace}-driver.log"
