@@ -1,27 +1,20 @@
-"""The synchronous executor of the farm's scripts, used by workers, the planner and the sync client."""
+"""The synchronous executor of the farm's scripts and flows (farm.protocol.exchange), used by workers, the
+planner and the sync client."""
 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import redis as redis_lib
 
 from farm.config import Settings, redis_url
-from farm.knobs import Knobs, KnobsCache
-from farm.protocol.calls import (
-    abandon_call,
-    cancel_call,
-    check_batch_id,
-    heartbeat_call,
-    pick_call,
-    set_estimate_call,
-    sweep_call,
-)
-from farm.protocol.keys import Keys
-from farm.protocol.live import LiveState, Progress, inspect, parse_progress
-from farm.protocol.scripts import SOURCES, Call, argv, lua_tokens
-from farm.protocol.silence import Touched, parse_touch, touch_call
+from farm.knobs import Knobs
+from farm.protocol.calls import abandon_call, cancel_call, check_batch_id, heartbeat_call, pick_call, set_estimate_call
+from farm.protocol.exchange import Exchanges, Flow, Steps, run
+from farm.protocol.live import LiveState, Progress, inspect
+from farm.protocol.scripts import SOURCES, Call, argv
+from farm.protocol.silence import Touched
 from farm.results import Status
 
 
@@ -30,14 +23,21 @@ class Dispatch:
 
     def __init__(self, settings: Settings, redis=None) -> None:
         self.settings = settings
-        self.keys = Keys(settings.namespace)
+        self.exchanges = Exchanges(settings)  # the knobs cache, shared with a sync client made on this dispatch
+        self.keys, self.lua_tokens = self.exchanges.keys, self.exchanges.lua_tokens
         self.redis = redis or redis_lib.Redis.from_url(redis_url(settings), decode_responses=True)
         self._scripts = {name: self.redis.register_script(src) for name, src in SOURCES.items()}
-        self._knobs = KnobsCache()
-        self.lua_tokens = lua_tokens(settings)
 
     def run(self, call: Call):
         return self._scripts[call.script.name](args=argv(self.settings.namespace, self.lua_tokens, call))
+
+    def do(self, op: Any) -> Any:
+        """Run one operation of a flow: a script call, or a read of farm state."""
+        return self.run(op) if isinstance(op, Call) else op.on(self.redis)
+
+    def drive(self, flow: Flow) -> Any:
+        """Run a flow to its end here (its answer)."""
+        return run(Steps(flow), self.do)
 
     def send(self, call: Call) -> "Pending":
         """Send a call now and read its answer later (`Pending.result()`), so the caller can prepare the
@@ -46,10 +46,7 @@ class Dispatch:
 
     def knobs(self, max_age_s: float | None = None) -> Knobs:
         """The live knobs, re-read at most once a second (or per `max_age_s`)."""
-        now = time.monotonic()
-        if self._knobs.stale(now, max_age_s):
-            return self._knobs.update(self.redis.get(self.keys.knobs), now)
-        return self._knobs.knobs
+        return self.drive(self.exchanges.knobs(max_age_s))
 
     def set_estimate(self, batch_id: str, estimated_at: float) -> bool:
         """Move a batch in every stage's EBF order; False when it is no longer open."""
@@ -62,15 +59,14 @@ class Dispatch:
         """Give lapsed leases back and abandon the batches whose trainer went silent (the live knob
         `abandon_after_s`); returns one stage queue per request put back (each needs a token unless
         `lua_tokens`: then the script published them)."""
-        return list(self.run(sweep_call(self.knobs().abandon_after())))
+        return self.drive(self.exchanges.sweep())
 
     def touch(self, batch_ids: Sequence[str]) -> list[Touched]:
         """A sign of life from the trainer of these batches (farm.protocol.silence), in one round trip."""
-        ids = [check_batch_id(b) for b in batch_ids]
-        return parse_touch(self.run(touch_call(ids)), ids) if ids else []
+        return self.drive(self.exchanges.touch(batch_ids))
 
     def progress(self, batch_id: str) -> Progress:
-        return parse_progress(batch_id, self.redis.hgetall(self.keys.batch(batch_id)))
+        return self.drive(self.exchanges.progress(batch_id))
 
     def pick(self, queue: str, worker: str, scheduler: str, token: str):
         return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token))
