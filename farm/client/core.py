@@ -1,7 +1,7 @@
 """The trainer client's protocol without I/O, shared by the blocking and the asyncio shells (as httpx
 shares one core between its clients): which calls to make, how to read their replies, and the state
-machines of reading a batch's results and of telling when a GRPO group is complete. The shells only
-send what this says and hand back what they receive.
+machines of reading a batch's results and of telling when a GRPO group is complete. The control flow that
+puts these together, once for both shells, is `farm.client.flows`; the shells only run what it yields.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from farm import registry
 from farm.config import Settings, from_env
-from farm.errors import BatchAbandoned, BatchLost, FarmError, FarmNotConfigured, FarmUnavailable, InvalidInput
+from farm.errors import BatchAbandoned, BatchLost, FarmNotConfigured, FarmUnavailable, InvalidInput
 from farm.knobs import Knobs
 from farm.pipeline import Pipeline
 from farm.protocol.calls import (
@@ -217,18 +217,6 @@ class Submitted:
         return mine + [r for r in results if r.request_id not in rank]
 
 
-def refused_again(batch_id: str, exc: InvalidInput) -> BatchLost:
-    return BatchLost(f"the farm lost batch {batch_id!r} and refused it again: {exc}")
-
-
-def log_cancel(batch_id: str, exc: BaseException | None, state: str | None, err: FarmError | None) -> None:
-    """What became of a batch cancelled because its trainer's block raised (`err`: the cancel failed too)."""
-    if err is not None:
-        log.warning("batch %r was left open: cancelling it after %r failed: %s", batch_id, exc, err)
-    else:
-        log.info("batch %r %s after %r", batch_id, state, exc)
-
-
 @dataclass(frozen=True)
 class BatchInfo:
     """A batch as its client handles it."""
@@ -246,11 +234,13 @@ class BatchInfo:
 
 
 class BatchHandle:
-    """What both clients' batch objects hold: the client they belong to and the batch's fields."""
+    """What both clients' batch objects hold: the client they belong to (and its flows, farm.client.flows), the
+    batch's fields, and the requests submitted through this handle."""
 
     def __init__(self, client: Any, info: BatchInfo) -> None:
-        self.client = client
+        self.client, self.flows = client, client.flows
         self.info = info
+        self.submitted = Submitted()
         self.id, self.task, self.pipeline, self.size, self.group_size = (
             info.id, info.task, info.pipeline, info.size, info.group_size)
 
@@ -260,10 +250,9 @@ class BatchHandle:
 
 
 @dataclass(frozen=True)
-class Read:
-    """One blocking read of a batch's done stream: XREAD {key: after} COUNT count BLOCK block_ms."""
+class ResultRead:
+    """One blocking read of a batch's done stream (`farm.protocol.reads.results_after`)."""
 
-    key: str
     after: str
     count: int
     block_ms: int
@@ -275,7 +264,6 @@ class ResultReader:
     monotonic clock's."""
 
     def __init__(self, session: Session, batch_id: str, size: int, timeout: float | None, now: float) -> None:
-        self.key = session.keys.batch(batch_id, ":done")
         self.batch_id, self.size, self.timeout = batch_id, size, timeout
         self.deadline = None if timeout is None else now + timeout
         self.interval = sweep_interval(session.settings)
@@ -296,13 +284,13 @@ class ResultReader:
         """Read a restored batch's results from its start (those already handed out are skipped)."""
         self.last, self.ended, self.abandoned = "0-0", False, None
 
-    def next_read(self, now: float) -> Read:
+    def next_read(self, now: float) -> ResultRead:
         """The next read; TimeoutError, saying how many results are missing, once the caller's time is up."""
         if self.deadline is not None and now >= self.deadline:
             raise TimeoutError(f"batch {self.batch_id!r}: {self.size - self.seen} of {self.size} results still "
                                f"missing after {self.timeout:g} s")
         wait = self.next_sweep - now if self.deadline is None else min(self.next_sweep, self.deadline) - now
-        return Read(self.key, self.last, READ_COUNT, max(1, int(min(wait, MAX_BLOCK_S) * 1000)))
+        return ResultRead(self.last, READ_COUNT, max(1, int(min(wait, MAX_BLOCK_S) * 1000)))
 
     def feed(self, reply) -> list[Result]:
         """The results in a read's reply (those already finished come first, then as they finish)."""

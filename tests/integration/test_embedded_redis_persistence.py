@@ -11,7 +11,8 @@ import pytest
 import redis
 
 from farm.app.embedded import EmbeddedFarm
-from farm.client.sync import Batch, RewardClient
+from farm.client.flows import Flows
+from farm.client.sync import RewardClient
 from farm.config import Settings
 from farm.protocol.keys import Keys
 from farm.results import Status
@@ -29,9 +30,9 @@ def done_ids(r: redis.Redis, keys: Keys, batch_id: str) -> list[str]:
 
 def never_restored(monkeypatch) -> None:
     """The client reopens a batch the farm forgot; here that would hide a loss, so it fails the test."""
-    def restore(self):
-        raise AssertionError(f"the farm forgot batch {self.id} across its Redis restart")
-    monkeypatch.setattr(Batch, "_restore", restore)
+    def restore(self, batch):
+        raise AssertionError(f"the farm forgot batch {batch.id} across its Redis restart")
+    monkeypatch.setattr(Flows, "restore", restore)
 
 
 @pytest.mark.parametrize("kill", [True, False], ids=["sigkill", "shutdown"])
