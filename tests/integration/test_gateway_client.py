@@ -67,7 +67,7 @@ def test_the_farms_refusals_come_back_as_the_farms_errors(gateway, token):
         with pytest.raises(InvalidInput, match="no-such"):
             farm.open_batch("t", "no-such", 1)
         batch = farm.open_batch("t", "synthetic", 2)
-        batch.submit("r0", QUICK)
+        batch.submit("r0", {"times": [3, 0]})  # still running when r1 comes: the batch is sealed, not completed
         batch.seal()
         with pytest.raises(BatchClosed, match="sealed"):
             batch.submit("r1", QUICK)
