@@ -6,12 +6,40 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from farm.config import Settings
 from farm.errors import BatchNotFound
-from farm.knobs import from_json
+from farm.knobs import Knobs, KnobsCache
 from farm.protocol.keys import Keys, text
+
+
+class LiveKnobs:
+    """The knobs in force, from their live copy in Redis (`Keys.knobs`), read again once the last read is
+    `max_age_s` old: 1 s for workers and clients, which consult them for every request; 0 (every read goes
+    to Redis) for a planner's decision or a snapshot. The one reader of that key: a sync caller passes
+    `redis.get`, an async one a coroutine function of the key."""
+
+    def __init__(self, key: str, max_age_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.key, self.clock = key, clock
+        self.cache = KnobsCache(max_age_s)
+
+    def read(self, get: Callable[[str], Any], max_age_s: float | None = None) -> Knobs:
+        now = self.clock()
+        if self.cache.stale(now, max_age_s):
+            return self.cache.update(get(self.key), now)
+        return self.cache.knobs
+
+    async def aread(self, get: Callable[[str], Awaitable[Any]], max_age_s: float | None = None) -> Knobs:
+        now = self.clock()
+        if self.cache.stale(now, max_age_s):
+            return self.cache.update(await get(self.key), now)
+        return self.cache.knobs
+
+
+def knobs_now(redis, settings: Settings) -> Knobs:
+    """The knobs in force at this moment (one read, nothing kept)."""
+    return LiveKnobs(Keys(settings.namespace).knobs, max_age_s=0).read(redis.get)
 
 
 @dataclass(frozen=True)
@@ -113,11 +141,13 @@ def serving(seen_at: float, now: float, settings: Settings) -> bool:
     return now - seen_at <= settings.lease_s
 
 
-def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None) -> LiveState:
-    """A consistent-enough snapshot of the live farm for `farm status` and the planner daemon."""
+def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None,
+            knobs: Knobs | None = None) -> LiveState:
+    """A consistent-enough snapshot of the live farm for `farm status` and the planner daemon (`knobs`: those
+    its caller already read for this moment; by default they are read now)."""
     k = Keys(settings.namespace)
     now = time.time() if now is None else now
-    knobs = from_json(redis.get(k.knobs))
+    knobs = knobs_now(redis, settings) if knobs is None else knobs
     batches = inspect_batches(redis, settings)
     names = sorted(set(queues) if queues is not None else set(redis.smembers(k.queues)))
     stages = {}
@@ -164,7 +194,7 @@ def depths(redis, settings: Settings, now: float | None = None) -> dict[str, Que
     """Per stage queue, how many requests wait and run and how many workers serve it, in two round trips."""
     k = Keys(settings.namespace)
     now = time.time() if now is None else now
-    scheduler = from_json(redis.get(k.knobs)).scheduler
+    scheduler = knobs_now(redis, settings).scheduler
     names = sorted(redis.smembers(k.queues))
     pipe = redis.pipeline(transaction=False)
     for q in names:
