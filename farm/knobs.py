@@ -1,74 +1,63 @@
 """The operator's knobs: tolerated extra delay D, per-stage cost, timeout and pool bounds, scheduler, policy.
 
 Pure data: the store persists them, Redis mirrors them for workers, the planner reads them as an
-argument (`decide(snapshot, knobs)`), and `farm knobs` edits them.
+argument (`decide(snapshot, knobs)`), and `farm knobs` edits them. Each knob is one dataclass field whose
+`Knob` metadata (`farm.knob_schema`) says how it is checked, edited, shown and offered by `farm eval`, so a
+new knob is one field.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from farm.knob_schema import Choice, Count, Name, Number, OptionalNumber, SecondsOrNever, check, knob, knobs_of
 from farm.protocol.keys import Keys
 
 SCHEDULERS = ("ebf", "fcfs")
-
-
-def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a number, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, not {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
 class StageKnobs:
     """Per-stage overrides; None keeps the pipeline's own value."""
 
-    cost: float | None = None
-    timeout_s: float | None = None
-    min_workers: int = 0
-    max_workers: int = 64
+    cost: float | None = knob(None, OptionalNumber(), "weight C_j of one worker-second, in place of the pipeline's")
+    timeout_s: float | None = knob(None, OptionalNumber(), "time limit T_j of a request, in place of the pipeline's",
+                                   unit="s")
+    min_workers: int = knob(0, Count(), "lower bound of a stage's pool")
+    max_workers: int = knob(64, Count(), "upper bound of a stage's pool", option="--max-workers")
 
     def __post_init__(self) -> None:
-        if self.cost is not None:
-            _positive("cost", self.cost)
-        if self.timeout_s is not None:
-            _positive("timeout_s", self.timeout_s)
-        for name in ("min_workers", "max_workers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a whole number >= 0, not {value!r}")
+        check(self)
         if self.min_workers > self.max_workers:
             raise ValueError(f"min_workers ({self.min_workers}) exceeds max_workers ({self.max_workers})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in knobs_of(StageKnobs)}
 
 
 _NO_OVERRIDES = StageKnobs()  # shared: knobs are read per request on the submit path
 
 @dataclass(frozen=True)
 class Knobs:
-    delay_s: float = 2.0  # D: the tolerated extra delay of a batch
-    scheduler: str = "ebf"
-    policy: str = "distrs"
-    tick_s: float = 1.0  # the planner's periodic decision beside batch events (decisions take milliseconds)
+    # D: the tolerated extra delay of a batch
+    delay_s: float = knob(2.0, Number(allow_zero=True), "tolerated extra delay", unit="s", symbol="D",
+                          option="--delay")
+    scheduler: str = knob("ebf", Choice(SCHEDULERS), "dispatch order of the stage queues", option="--scheduler")
+    policy: str = knob("distrs", Name("a policy name"), "distrs | history | ideal | zq-dedicated | static:N1,N2,...",
+                       option="--policy")
+    # the planner's periodic decision beside batch events (decisions take milliseconds)
+    tick_s: float = knob(1.0, Number(), "periodic decision interval", unit="s", option="--tick-s")
     stages: Mapping[str, StageKnobs] = field(default_factory=dict)  # by queue, "<pipeline>.<stage>"
     # an open batch whose trainer is silent this long (no open, submit, seal, result wait or heartbeat) is
     # abandoned: its outstanding requests are cancelled. 0 or None: never (a crashed trainer's batch then
     # stays open, its requests queued and its demand planned for, until cancelled by hand)
-    abandon_after_s: float | None = 600.0
+    abandon_after_s: float | None = knob(600.0, SecondsOrNever(), "a trainer's silence after which its open batch "
+                                         "is abandoned; 0 or never: never", unit="s")
 
     def __post_init__(self) -> None:
-        _positive("delay_s", self.delay_s, allow_zero=True)
-        _positive("tick_s", self.tick_s)
-        if self.abandon_after_s is not None:
-            _positive("abandon_after_s", self.abandon_after_s, allow_zero=True)
-        if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {self.scheduler!r}")
-        if not isinstance(self.policy, str) or not self.policy:
-            raise ValueError(f"policy must be a policy name, not {self.policy!r}")
+        check(self)
 
     def stage(self, queue: str) -> StageKnobs:
         return self.stages.get(queue, _NO_OVERRIDES)
@@ -94,20 +83,16 @@ class Knobs:
         return replace(self, stages=stages)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "delay_s": self.delay_s,
-            "scheduler": self.scheduler,
-            "policy": self.policy,
-            "tick_s": self.tick_s,
-            "abandon_after_s": self.abandon_after_s,
-            "stages": {q: {f.name: getattr(k, f.name) for f in fields(k)} for q, k in sorted(self.stages.items())},
-        }
+        out = {name: getattr(self, name) for name in knobs_of(Knobs)}
+        out["stages"] = {q: k.to_dict() for q, k in sorted(self.stages.items())}
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Knobs":
-        known = {f.name for f in fields(cls)} - {"stages"}
-        stage_known = {f.name for f in fields(StageKnobs)}
-        stages = {q: StageKnobs(**{k: v for k, v in s.items() if k in stage_known}) for q, s in (d.get("stages") or {}).items()}
+        """The knobs of a saved dict; names it does not know (saved by a later version) are ignored."""
+        known, stage_known = knobs_of(cls), knobs_of(StageKnobs)
+        stages = {q: StageKnobs(**{k: v for k, v in s.items() if k in stage_known})
+                  for q, s in (d.get("stages") or {}).items()}
         return cls(**{k: v for k, v in d.items() if k in known}, stages=stages)
 
 
@@ -122,8 +107,9 @@ def from_json(raw: str | bytes | None) -> Knobs:
 
 
 class KnobsCache:
-    """The live knobs as last read, read again once they are `max_age_s` old: workers and clients consult
-    them for every request, and a knob an operator changes takes effect within that time."""
+    """The live knobs as last read, read again once they are `max_age_s` old (0: at every read): workers and
+    clients consult them for every request, and a knob an operator changes takes effect within that time.
+    Without I/O or a clock; `farm.protocol.live_knobs.LiveKnobs` is the reader around it."""
 
     def __init__(self, max_age_s: float = 1.0) -> None:
         self.max_age_s = max_age_s
@@ -131,7 +117,7 @@ class KnobsCache:
 
     def stale(self, now: float, max_age_s: float | None = None) -> bool:
         age = self.max_age_s if max_age_s is None else max_age_s
-        return self._read is None or now - self._read[0] > age
+        return self._read is None or age <= 0 or now - self._read[0] > age
 
     def update(self, raw: str | bytes | None, now: float) -> Knobs:
         self._read = (now, from_json(raw))

@@ -26,7 +26,8 @@ from farm.client.transient import TRANSIENT
 from farm.config import Settings
 from farm.knobs import Knobs
 from farm.protocol.dispatch import Dispatch
-from farm.protocol.exchange import Exchanges, Flow, once
+from farm.protocol.exchange import Exchanges
+from farm.protocol.flow import Flow, once
 from farm.protocol.live import Progress
 from farm.protocol.scripts import SOURCES, Call
 from farm.protocol.silence import Touched

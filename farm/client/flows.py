@@ -22,7 +22,8 @@ from farm.client.keepalive import KeepAlive
 from farm.errors import BatchLost, BatchNotFound, FarmError, InvalidInput
 from farm.protocol.calls import admit, cancel_call, parse_open, parse_seal, seal_call, set_estimate_call
 from farm.protocol import reads
-from farm.protocol.exchange import Exchanges, Flow, Read, Reads, Steps
+from farm.protocol.exchange import Exchanges
+from farm.protocol.flow import Flow, Read, Reads, Steps
 from farm.protocol.live import Progress
 from farm.protocol.scripts import Call
 from farm.results import Result

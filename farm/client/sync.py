@@ -20,7 +20,7 @@ from farm.client.keepalive import KeepAlive
 from farm.client.transient import TRANSIENT
 from farm.config import Settings
 from farm.protocol.dispatch import Dispatch
-from farm.protocol.exchange import Flow, once, run
+from farm.protocol.flow import Flow, once, run
 from farm.protocol.live import Progress
 from farm.protocol.scripts import Call
 from farm.results import Result

@@ -11,7 +11,8 @@ import redis as redis_lib
 from farm.config import Settings, redis_url
 from farm.knobs import Knobs
 from farm.protocol.calls import abandon_call, cancel_call, check_batch_id, heartbeat_call, pick_call, set_estimate_call
-from farm.protocol.exchange import Exchanges, Flow, Steps, run
+from farm.protocol.exchange import Exchanges
+from farm.protocol.flow import Flow, Steps, run
 from farm.protocol.live import LiveState, Progress, inspect
 from farm.protocol.scripts import SOURCES, Call, argv
 from farm.protocol.silence import Touched

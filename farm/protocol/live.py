@@ -10,8 +10,9 @@ from typing import Mapping
 
 from farm.config import Settings
 from farm.errors import BatchNotFound
-from farm.knobs import from_json
+from farm.knobs import Knobs
 from farm.protocol.keys import Keys, QueuePart, text
+from farm.protocol.live_knobs import knobs_now
 
 
 @dataclass(frozen=True)
@@ -113,11 +114,13 @@ def serving(seen_at: float, now: float, settings: Settings) -> bool:
     return now - seen_at <= settings.lease_s
 
 
-def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None) -> LiveState:
-    """A consistent-enough snapshot of the live farm for `farm status` and the planner daemon."""
+def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None,
+            knobs: Knobs | None = None) -> LiveState:
+    """A consistent-enough snapshot of the live farm for `farm status` and the planner daemon (`knobs`: those
+    its caller already read for this moment; by default they are read now)."""
     k = Keys(settings.namespace)
     now = time.time() if now is None else now
-    knobs = from_json(redis.get(k.knobs))
+    knobs = knobs_now(redis, Keys(settings.namespace)) if knobs is None else knobs
     batches = inspect_batches(redis, settings)
     names = sorted(set(queues) if queues is not None else set(redis.smembers(k.queues)))
     stages = {}
@@ -164,7 +167,7 @@ def depths(redis, settings: Settings, now: float | None = None) -> dict[str, Que
     """Per stage queue, how many requests wait and run and how many workers serve it, in two round trips."""
     k = Keys(settings.namespace)
     now = time.time() if now is None else now
-    scheduler = from_json(redis.get(k.knobs)).scheduler
+    scheduler = knobs_now(redis, Keys(settings.namespace)).scheduler
     names = sorted(redis.smembers(k.queues))
     pipe = redis.pipeline(transaction=False)
     for q in names:

@@ -7,24 +7,21 @@ dataclasses so a bad value is refused with a message and nothing half-applied.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import replace
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from sqlalchemy import Engine, insert, select
 
 from farm import registry
-from farm.knobs import Knobs, redis_key
+from farm.knob_schema import Knob, knobs_of
+from farm.knobs import Knobs, StageKnobs, redis_key
 from farm.pipeline import UnknownPipeline
 from farm.store.engine import StoreError
 from farm.store.models import KnobsVersion
 
-GLOBAL_KNOBS = {"delay_s": "number", "tick_s": "number", "scheduler": "text", "policy": "text",
-                "abandon_after_s": "seconds or never"}
-STAGE_KNOBS = {"cost": "optional number", "timeout_s": "optional number", "min_workers": "count", "max_workers": "count"}
-_DEFAULT_WORDS = ("default", "none", "")
-_NEVER_WORDS = ("never", "none", "off")
+GLOBAL_KNOBS = knobs_of(Knobs)  # what `farm knobs set NAME=VALUE` may name, with the type each value is read as
+STAGE_KNOBS = knobs_of(StageKnobs)  # and with --stage QUEUE
 
 
 class KnobError(ValueError):
@@ -52,7 +49,8 @@ class KnobStore:
         try:
             return Knobs.from_dict(data)
         except (TypeError, ValueError) as exc:
-            raise StoreError(f"the knobs saved in the store are invalid ({exc}); set them again with `farm knobs set`") from exc
+            raise StoreError(f"the knobs saved in the store are invalid ({exc}); "
+                             "set them again with `farm knobs set`") from exc
 
     def save(self, knobs: Knobs) -> Knobs:
         """Persist `knobs` as the version in force, then publish them to Redis (when a client is given)."""
@@ -93,33 +91,7 @@ def known_queues() -> list[str]:
     return sorted(queues)
 
 
-def _parse(name: str, kind: str, raw: str):
-    text = raw.strip()
-    if kind == "text":
-        return text
-    if kind == "optional number" and text.lower() in _DEFAULT_WORDS:
-        return None
-    if kind == "seconds or never" and text.lower() in _NEVER_WORDS:
-        return None
-    if kind == "seconds or never" and text.lower() == "default":
-        return getattr(Knobs(), name)
-    if kind == "count":
-        try:
-            return int(text)
-        except ValueError:
-            raise KnobError(f"{name} must be a whole number, not {raw!r}") from None
-    try:
-        value = float(text)
-    except ValueError:
-        hint = {"optional number": " (or 'default' for the pipeline's own value)",
-                "seconds or never": " of seconds, or 'never'"}.get(kind, "")
-        raise KnobError(f"{name} must be a number{hint}, not {raw!r}") from None
-    if not math.isfinite(value):
-        raise KnobError(f"{name} must be a finite number, not {raw!r}")
-    return value
-
-
-def parse_assignments(assignments: Iterable[str], allowed: dict[str, str]) -> dict[str, object]:
+def parse_assignments(assignments: Iterable[str], allowed: Mapping[str, Knob]) -> dict[str, object]:
     """`["delay_s=3", "scheduler=fcfs"]` -> typed values; unknown names and malformed pairs are refused."""
     changes: dict[str, object] = {}
     for item in assignments:
@@ -129,7 +101,11 @@ def parse_assignments(assignments: Iterable[str], allowed: dict[str, str]) -> di
             raise KnobError(f"expected NAME=VALUE, not {item!r}")
         if name not in allowed:
             raise KnobError(f"unknown knob {name!r}; known: {', '.join(allowed)}")
-        changes[name] = _parse(name, allowed[name], raw)
+        knob = allowed[name]
+        try:
+            changes[name] = knob.kind.parse(name, raw, knob.default)
+        except ValueError as exc:
+            raise KnobError(str(exc)) from None
     if not changes:
         raise KnobError("nothing to set: give NAME=VALUE pairs")
     return changes
@@ -160,5 +136,6 @@ def reset(knobs: Knobs, *, stage: str | None = None) -> Knobs:
     if stage is None:
         return Knobs()
     if stage not in knobs.stages:
-        raise KnobError(f"stage {stage!r} has no overrides; stages with overrides: {', '.join(sorted(knobs.stages)) or 'none'}")
+        raise KnobError(f"stage {stage!r} has no overrides; "
+                        f"stages with overrides: {', '.join(sorted(knobs.stages)) or 'none'}")
     return replace(knobs, stages={q: k for q, k in knobs.stages.items() if q != stage})

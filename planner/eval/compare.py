@@ -202,7 +202,8 @@ def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: f
     ratios["history_over_distrs_mean_delay"] = _ratio(hist["extra_delay_mean_s"], d["extra_delay_mean_s"])
     ratios.update({f"distrs_over_history_{k}": _ratio(d["resources"][k], hist["resources"][k]) for k in d["resources"]})
     ratios.update({
-        f"distrs_over_ideal_normalized_{s}": _ratio(d["stages"][s]["normalized"] or 0, ideal["stages"][s]["normalized"] or 0)
+        f"distrs_over_ideal_normalized_{s}": _ratio(d["stages"][s]["normalized"] or 0,
+                                                    ideal["stages"][s]["normalized"] or 0)
         for s in d["stages"]
     })
     table = _table(rows) + "\n" + _sweep_line(sweep) + "".join("\n" + _startup_line(r) for r in startups)
@@ -216,12 +217,24 @@ def run_compare(trace: Trace, knobs: Knobs, *, out_dir: str | Path, startup_s: f
     return report
 
 
-def _figures(results, sweep, runtime, out: Path) -> None:
-    import matplotlib  # heavy, and only the figures need it: loaded here, not with the comparison
+def _pyplot():
+    """matplotlib's pyplot, drawing to files: heavy, and only the figures need it, so loaded here."""
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
+def _figures(results, sweep, runtime, out: Path) -> None:
+    plt = _pyplot()
     first = next(iter(results.values()))
     m = len(first.stage_names)
     fig, axes = plt.subplots(m, 1, figsize=(10, 3 * m), squeeze=False)
@@ -231,24 +244,17 @@ def _figures(results, sweep, runtime, out: Path) -> None:
             t = [p[0] for p in r.timeline]
             n = [p[1][k] for p in r.timeline]
             ax.step(t, n, where="post", label=name, linewidth=0.8)
-        ax.set_title(f"workers over time: {first.stage_names[k]} ({first.resources[k]})")
-        ax.set_xlabel("time (s)")
-        ax.set_ylabel("workers")
+        ax.set(title=f"workers over time: {first.stage_names[k]} ({first.resources[k]})", xlabel="time (s)",
+               ylabel="workers")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "fig10ab_workers.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "fig10ab_workers.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, r in results.items():
         ax.plot(np.sort(r.extra_delay), marker=".", linewidth=0.8, label=f"{name} (mean {r.extra_delay.mean():.2f} s)")
-    ax.set_xlabel("batch (sorted by extra delay)")
-    ax.set_ylabel("extra delay (s)")
-    ax.set_title("extra delay per batch (Fig. 10c)")
+    ax.set(xlabel="batch (sorted by extra delay)", ylabel="extra delay (s)", title="extra delay per batch (Fig. 10c)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "fig10c_extra_delay.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "fig10c_extra_delay.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / max(len(results), 1)
@@ -256,12 +262,9 @@ def _figures(results, sweep, runtime, out: Path) -> None:
         ax.bar(np.arange(m) + j * width, np.nan_to_num(r.normalized), width, label=name)
     ax.set_xticks(np.arange(m) + width * (len(results) - 1) / 2, first.stage_names)
     ax.axhline(1.0, color="k", linewidth=0.5)
-    ax.set_ylabel("allocated / busy worker-seconds")
-    ax.set_title("normalised worker time (Fig. 12)")
+    ax.set(ylabel="allocated / busy worker-seconds", title="normalised worker time (Fig. 12)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "fig12_normalized.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "fig12_normalized.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for scheduler in ("ebf", "fcfs"):
@@ -278,39 +281,24 @@ def _figures(results, sweep, runtime, out: Path) -> None:
         ax.set_xlim(0, 2 * settled[0])
     ax.set_title("EBF vs FCFS, two batches 100 s apart (Fig. 14a)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "fig14a_ebf_fcfs.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "fig14a_ebf_fcfs.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([r["requests"] for r in runtime], [r["median_s"] for r in runtime], marker="o")
-    ax.set_xlabel("estimated requests")
-    ax.set_ylabel("decision time (s)")
-    ax.set_title("planner runtime (Fig. 15)")
-    fig.tight_layout()
-    fig.savefig(out / "fig15_runtime.png", dpi=110)
-    plt.close(fig)
+    ax.set(xlabel="estimated requests", ylabel="decision time (s)", title="planner runtime (Fig. 15)")
+    _save(fig, out / "fig15_runtime.png")
 
 
 def _startup_figure(rows: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     x = [r["startup_s"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     left.plot(x, [r["zq_over_distrs"] or 0 for r in rows], marker="o")
-    left.set_xlabel("worker start-up (s)")
-    left.set_ylabel(f"zq-dedicated / distrs ({rows[0]['measure']})")
+    left.set(xlabel="worker start-up (s)", ylabel=f"zq-dedicated / distrs ({rows[0]['measure']})",
+             title="savings against start-up")
     left.set_ylim(bottom=0)
-    left.set_title("savings against start-up")
     for key, label in (("distrs_delay_mean_s", "distrs"), ("zq_delay_mean_s", "zq-dedicated")):
         right.plot(x, [r[key] for r in rows], marker="o", label=label)
-    right.set_xlabel("worker start-up (s)")
-    right.set_ylabel("mean extra delay (s)")
-    right.set_title("extra delay against start-up")
+    right.set(xlabel="worker start-up (s)", ylabel="mean extra delay (s)", title="extra delay against start-up")
     right.legend()
-    fig.tight_layout()
-    fig.savefig(out / "startup_sweep.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "startup_sweep.png")

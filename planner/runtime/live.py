@@ -236,7 +236,7 @@ class LiveFarm:
         return self.histories[pipeline]
 
     def read(self, now: float, knobs: Knobs, workers: Sequence[Any]) -> list[PipelineView]:
-        live = inspect(self.redis, self.settings, now=now)
+        live = inspect(self.redis, self.settings, now=now, knobs=knobs)
         keys = Keys(self.settings.namespace)
         names = {q.partition(".")[0] for q in live.stages} | {b.pipeline for b in live.batches}
         names |= {w.stage.partition(".")[0] for w in workers}

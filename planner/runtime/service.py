@@ -15,10 +15,12 @@ import redis as redis_lib
 
 from farm import registry
 from farm.config import Settings, redis_url
-from farm.knobs import Knobs, from_json, redis_key
+from farm.knobs import Knobs, redis_key
 from farm.protocol import counters, heartbeat
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.heartbeat import Heartbeat, Pool, Startup
+from farm.protocol.keys import Keys
+from farm.protocol.live_knobs import knobs_now
 from farm.store.decisions import DecisionRecord, save_decision
 from farm.store.engine import open_store
 from farm.store.knob_store import KnobStore
@@ -70,7 +72,7 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
         KnobStore(engine, client, settings.namespace).publish()  # workers and the daemon read the live copy
 
     def knobs() -> Knobs:
-        return from_json(client.get(redis_key(settings.namespace)))
+        return knobs_now(client, Keys(settings.namespace))  # afresh for every decision: `farm knobs set` counts at the next
 
     def timeout_for(stage: str) -> float:
         return registry.stage_timeout(stage, knobs())

@@ -70,7 +70,7 @@ def test_an_unknown_stage_queue_is_refused_naming_the_known_ones(env):
         (["delay_s=soon"], "delay_s must be a number, not 'soon'"),
         (["delay_s=-1"], "delay_s must be >= 0"),
         (["scheduler=lifo"], "scheduler must be one of ('ebf', 'fcfs')"),
-        (["speed=3"], "unknown knob 'speed'; known: delay_s, tick_s, scheduler, policy"),
+        (["speed=3"], "unknown knob 'speed'; known: delay_s, scheduler, policy, tick_s, abandon_after_s"),
         (["delay_s"], "expected NAME=VALUE, not 'delay_s'"),
         (["--stage", "synthetic.compile", "min_workers=9", "max_workers=4"], "min_workers (9) exceeds max_workers (4)"),
         (["--stage", "synthetic.compile", "max_workers=2.5"], "max_workers must be a whole number, not '2.5'"),

@@ -15,7 +15,8 @@ from farm.config import Settings
 from farm.errors import BatchAbandoned, BatchFull, BatchLost, FarmUnavailable
 from farm.knobs import Knobs
 from farm.protocol import reads
-from farm.protocol.exchange import Exchanges, Read, Reads, Steps, run
+from farm.protocol.exchange import Exchanges
+from farm.protocol.flow import Read, Reads, Steps, run
 from farm.protocol.keys import Keys
 from farm.protocol.scripts import OPEN, SUBMIT, SUBMIT_MANY, SWEEP, TOUCH, Call
 from farm.results import Result, Status
@@ -76,7 +77,7 @@ def setup(settings: Settings = SETTINGS, group_size: int | None = None, **replie
     flows = Flows(Session(settings), Exchanges(settings, clock=lambda: clock[0]), (ConnectionError,), None,
                   wall=lambda: 100.0, clock=lambda: clock[0])
     batch = BatchHandle(SimpleNamespace(flows=flows), BatchInfo("b0", "t", registry.get("synthetic"), 8, group_size))
-    farm = Farm(clock, live_knobs=json.dumps(Knobs().to_dict()), **replies)
+    farm = Farm(clock, knobs_copy=json.dumps(Knobs().to_dict()), **replies)
     return flows, batch, farm
 
 
@@ -92,13 +93,13 @@ def test_a_bulk_submit_keeps_one_chunk_in_flight_and_runs_the_last_one_at_once(m
     monkeypatch.setattr("farm.client.flows.SUBMIT_CHUNK", 2)
     flows, batch, farm = setup()
     assert drive(flows, flows.submit_many(batch, requests(5)), farm) == ["queued"] * 5
-    assert farm.kinds() == ["live_knobs", "Send", "InFlight", "Send", "InFlight", "submit"]
+    assert farm.kinds() == ["knobs_copy", "Send", "InFlight", "Send", "InFlight", "submit"]
 
 
 def test_one_request_goes_in_one_round_trip_run_at_once():
     flows, batch, farm = setup()
     assert drive(flows, flows.submit(batch, "r0", QUEUED, None), farm) == "queued"
-    assert farm.kinds() == ["live_knobs", "submit"]
+    assert farm.kinds() == ["knobs_copy", "submit"]
 
 
 def test_the_knobs_are_read_once_for_submits_a_second_apart_at_most():
@@ -106,7 +107,7 @@ def test_the_knobs_are_read_once_for_submits_a_second_apart_at_most():
     drive(flows, flows.submit(batch, "r0", QUEUED, None), farm)
     farm.clock[0] += 0.5
     drive(flows, flows.submit(batch, "r1", QUEUED, None), farm)
-    assert farm.kinds() == ["live_knobs", "submit", "submit"]
+    assert farm.kinds() == ["knobs_copy", "submit", "submit"]
 
 
 def test_a_refusal_by_the_farm_is_raised_once_the_chunk_before_is_in_and_sends_no_later_chunk(monkeypatch):
@@ -114,7 +115,7 @@ def test_a_refusal_by_the_farm_is_raised_once_the_chunk_before_is_in_and_sends_n
     flows, batch, farm = setup(submit=["full", "8"])
     with pytest.raises(BatchFull):
         drive(flows, flows.submit_many(batch, requests(6)), farm)
-    assert farm.kinds() == ["live_knobs", "Send", "InFlight"]
+    assert farm.kinds() == ["knobs_copy", "Send", "InFlight"]
     assert batch.submitted.items() == []
 
 
@@ -165,7 +166,7 @@ def test_a_chunk_that_could_not_be_sent_goes_again_at_once_as_a_plain_call(monke
     flows, batch, farm = setup()
     farm.fail[Send] = [ConnectionError("dropped")]
     drive(flows, flows.submit_many(batch, requests(3)), farm)
-    assert farm.kinds() == ["live_knobs", "Send", "submit_many", "submit"]
+    assert farm.kinds() == ["knobs_copy", "Send", "submit_many", "submit"]
 
 
 def test_a_chunk_whose_answer_was_lost_goes_again_at_once(monkeypatch):
@@ -173,7 +174,7 @@ def test_a_chunk_whose_answer_was_lost_goes_again_at_once(monkeypatch):
     flows, batch, farm = setup()
     farm.fail[InFlight] = [ConnectionError("dropped")]
     drive(flows, flows.submit_many(batch, requests(3)), farm)
-    assert farm.kinds() == ["live_knobs", "Send", "InFlight", "submit_many", "submit"]
+    assert farm.kinds() == ["knobs_copy", "Send", "InFlight", "submit_many", "submit"]
 
 
 def test_an_exchange_the_caller_spelled_is_ridden_through_an_outage_like_any():
@@ -208,7 +209,7 @@ def test_a_wait_touches_its_batch_then_sweeps_every_half_lease():
     drive(flows, waiting.round(), farm)
     farm.clock[0] = sweep_interval(SETTINGS)
     drive(flows, waiting.round(), farm)
-    assert farm.kinds() == ["results_after", "touch", "live_knobs", "sweep", "results_after"]
+    assert farm.kinds() == ["results_after", "touch", "knobs_copy", "sweep", "results_after"]
 
 
 def test_a_wait_after_an_outage_checks_its_batch_before_the_half_lease():
@@ -217,7 +218,7 @@ def test_a_wait_after_an_outage_checks_its_batch_before_the_half_lease():
     farm.fail[Read] = [ConnectionError("gone")]
     drive(flows, waiting.round(), farm)
     drive(flows, waiting.round(), farm)
-    assert farm.kinds() == ["results_after", "Sleep", "results_after", "touch", "live_knobs", "sweep", "results_after"]
+    assert farm.kinds() == ["results_after", "Sleep", "results_after", "touch", "knobs_copy", "sweep", "results_after"]
 
 
 def test_a_batch_the_farm_lost_under_a_wait_is_restored_and_read_from_its_start():
@@ -228,7 +229,7 @@ def test_a_batch_the_farm_lost_under_a_wait_is_restored_and_read_from_its_start(
     farm.clock[0] = sweep_interval(SETTINGS)
     farm.replies["results_after"] = done(result(1), result(2))
     assert [r.request_id for r in drive(flows, waiting.round(), farm)] == ["r2"]
-    assert farm.kinds() == ["results_after", "touch", "open", "live_knobs", "submit", "sweep", "results_after"]
+    assert farm.kinds() == ["results_after", "touch", "open", "knobs_copy", "submit", "sweep", "results_after"]
     assert farm.asked[-1].args[2] == "0-0"
 
 
@@ -259,7 +260,7 @@ def test_the_sweep_wakes_each_queue_it_gave_a_request_back_to_when_the_scripts_c
     flows, _, farm = setup(Settings(namespace="unit", redis_url="redis://h:1/0", broker_url="amqp://rabbit//"),
                            sweep=["synthetic.compile", "synthetic.compile"])
     assert drive(flows, flows.sweep(), farm) == 2
-    assert farm.kinds() == ["live_knobs", "sweep", "Wake", "Wake"]
+    assert farm.kinds() == ["knobs_copy", "sweep", "Wake", "Wake"]
 
 
 def test_a_tenants_client_sweeps_nothing():

@@ -6,12 +6,16 @@ import json
 
 import click
 
-from farm.knobs import SCHEDULERS, Knobs, StageKnobs
+from farm.app.cli.knob_options import knob_options, knobs_from_options
 from planner.eval import trace as tr
 from planner.eval.compare import STARTUP_SWEEP_S, run_compare
 from planner.eval.loop import evaluate
 from planner.eval.startup import Startup, parse_startup
 from planner.policy.decide import parse_policy
+
+
+# a replay's pools are bounded by the policy alone, not by the live farm's default bound
+REPLAY_DEFAULTS = {"max_workers": 100_000}
 
 
 def _load(spec: str):
@@ -66,16 +70,11 @@ def _table(summary: dict) -> str:
 
 @click.command("eval")
 @click.argument("trace")
-@click.option("--policy", default="distrs", show_default=True,
-              help="distrs | history | ideal | zq-dedicated | static:N1,N2,...")
-@click.option("--scheduler", type=click.Choice(SCHEDULERS), default="ebf", show_default=True)
-@click.option("--delay", "delay_s", type=float, default=2.0, show_default=True, help="D: tolerated extra delay (s)")
+@knob_options(REPLAY_DEFAULTS)  # --delay, --scheduler, --policy, --tick-s, --max-workers
 @click.option("--startup-s", "startup", default="0", show_default=True,
               help="seconds for a new worker to be ready: a number, a preset (paper: 0, realistic: 30), "
                    "lognormal:MEDIAN,SIGMA, or file:PATH of observed samples; the policy plans with its "
                    "90th percentile")
-@click.option("--tick-s", type=float, default=Knobs.tick_s, show_default=True, help="periodic decision interval (s)")
-@click.option("--max-workers", type=int, default=100_000, show_default=True, help="upper bound of every pool")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 @click.option("--compare", is_flag=True, help="run every policy, print a side-by-side table and write figures")
@@ -85,17 +84,15 @@ def _table(summary: dict) -> str:
               help="--compare: fixed start-ups of the start-up sweep (comma list; empty to skip)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
               help="where --compare writes its figures and JSON")
-def eval_(trace, policy, scheduler, delay_s, startup, tick_s, max_workers, seed, as_json, compare, runtime_sizes,
-          startup_sweep, out_dir):
+def eval_(trace, startup, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
     t = _load(trace)
     startup = _startup(startup)
     sweep = _sweep(startup_sweep)
     try:
-        parse_policy(policy, len(t.stages))
-        stages = {f"trace.{s.name}": StageKnobs(max_workers=max_workers) for s in t.stages}
-        knobs = Knobs(delay_s=delay_s, scheduler=scheduler, policy=policy, tick_s=tick_s, stages=stages)
+        parse_policy(knob_values["policy"], len(t.stages))
+        knobs = knobs_from_options(knob_values, [f"trace.{s.name}" for s in t.stages])
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     if compare:

@@ -14,14 +14,15 @@ from rich.table import Table
 from farm import registry
 from farm.app.cli.db import database_option, open_engine
 from farm.config import from_env
-from farm.knobs import Knobs
+from farm.knobs import Knobs, StageKnobs
 from farm.pipeline import UnknownPipeline
 from farm.store.engine import StoreError
-from farm.store.knob_store import KnobError, KnobStore, apply_assignments, reset
+from farm.store.knob_store import GLOBAL_KNOBS, STAGE_KNOBS, KnobError, KnobStore, apply_assignments, reset
 
 redis_option = click.option("--redis-url", envvar="FARM_REDIS_URL", default=None,
                             help="The farm's Redis, where the live copy goes (default: FARM_REDIS_URL).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the knobs as JSON.")
+_DEFAULTS = StageKnobs()
 
 
 def _store(database_url: str | None, redis_url: str | None) -> KnobStore:
@@ -38,12 +39,23 @@ def _load(store: KnobStore) -> Knobs:
         raise click.ClickException(str(exc)) from exc
 
 
-def _stage_defaults(queue: str) -> tuple[str, str]:
+def _stage_value(queue: str, name: str, value) -> str:
+    """A stage's override as set; where none is (None), the stage's own value, from its pipeline ("?" when
+    the pipeline cannot be loaded here)."""
+    if value is not None:
+        return STAGE_KNOBS[name].kind.show(value)
     try:
         _, stage = registry.stage_by_queue(queue)
     except (UnknownPipeline, ImportError):
-        return "?", "?"
-    return f"{stage.cost:g}", f"{stage.timeout_s:g}"
+        return "? (pipeline)"
+    return f"{getattr(stage, name):g} (pipeline)"
+
+
+def _knob_list() -> str:
+    """`farm knobs set --help`'s list of the knobs, from their fields."""
+    lines = ["\b", "knobs:"] + [f"  {n}: {k.describe()}" for n, k in GLOBAL_KNOBS.items()]
+    lines += ["stage knobs (--stage QUEUE):"] + [f"  {n}: {k.describe()}" for n, k in STAGE_KNOBS.items()]
+    return "\n".join(lines)
 
 
 def _show(knobs: Knobs, as_json: bool) -> None:
@@ -54,26 +66,20 @@ def _show(knobs: Knobs, as_json: bool) -> None:
     table = Table(title="knobs", show_header=True)
     table.add_column("knob")
     table.add_column("value")
-    table.add_row("delay_s (D)", f"{knobs.delay_s:g}")
-    table.add_row("scheduler", knobs.scheduler)
-    table.add_row("policy", knobs.policy)
-    table.add_row("tick_s", f"{knobs.tick_s:g}")
-    after = knobs.abandon_after()
-    table.add_row("abandon_after_s", "never" if after is None else f"{after:g}")
+    for name, k in GLOBAL_KNOBS.items():
+        table.add_row(k.label(name), k.kind.show(getattr(knobs, name)))
     console = Console()
     console.print(table)
     if not knobs.stages:
-        console.print("no per-stage overrides (each stage uses its pipeline's cost and timeout, 0..64 workers)")
+        console.print("no per-stage overrides (each stage uses its pipeline's cost and timeout, "
+                      f"{_DEFAULTS.min_workers}..{_DEFAULTS.max_workers} workers)")
         return
     stages = Table(title="per-stage overrides", show_header=True)
-    for column in ("stage queue", "cost", "timeout_s", "min_workers", "max_workers"):
-        stages.add_column(column)
-    for queue, k in sorted(knobs.stages.items()):
-        cost, timeout = _stage_defaults(queue)
-        stages.add_row(queue,
-                       f"{k.cost:g}" if k.cost is not None else f"{cost} (pipeline)",
-                       f"{k.timeout_s:g}" if k.timeout_s is not None else f"{timeout} (pipeline)",
-                       str(k.min_workers), str(k.max_workers))
+    stages.add_column("stage queue")
+    for name in STAGE_KNOBS:
+        stages.add_column(name)
+    for queue, overrides in sorted(knobs.stages.items()):
+        stages.add_row(queue, *(_stage_value(queue, name, getattr(overrides, name)) for name in STAGE_KNOBS))
     console.print(stages)
 
 
@@ -108,10 +114,10 @@ def show(obj, as_json: bool) -> None:
     _show(_load(_store(obj["database_url"], obj["redis_url"])), as_json)
 
 
-@knobs.command("set")
+@knobs.command("set", epilog=_knob_list())
 @click.argument("assignments", nargs=-1, required=True)
 @click.option("--stage", default=None, metavar="QUEUE",
-              help="Set a stage's knobs (cost, timeout_s, min_workers, max_workers), e.g. synthetic.execute.")
+              help=f"Set a stage's knobs ({', '.join(STAGE_KNOBS)}), e.g. synthetic.execute.")
 @json_option
 @click.pass_obj
 def set_(obj, assignments: tuple[str, ...], stage: str | None, as_json: bool) -> None:

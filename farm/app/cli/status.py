@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.table import Table
 
 from farm.app.cli.common import require_redis, settings_options
-from farm.knobs import from_json, redis_key
 from farm.protocol import counters, heartbeat
 from farm.protocol.heartbeat import Heartbeat, Pool
+from farm.protocol.keys import Keys
 from farm.protocol.live import inspect
+from farm.protocol.live_knobs import knobs_now
 from farm.protocol.stream import WARN_FILL
 from farm.protocol.stream import health as stream_health
 
@@ -89,7 +90,7 @@ def status(settings, as_json):
     client = redis.Redis.from_url(require_redis(settings), decode_responses=True)
     try:
         live = inspect(client, settings, now=time.time())
-        knobs = from_json(client.get(redis_key(settings.namespace)))
+        knobs = knobs_now(client, Keys(settings.namespace))
         planner = heartbeat.read(client, settings.namespace)
         history = history_report(stream_health(client, settings.namespace), counters.read(client, settings.namespace))
     except redis.ConnectionError as exc:

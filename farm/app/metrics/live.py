@@ -9,17 +9,22 @@ import time
 from typing import Any, Callable, Iterator
 
 import redis as redis_lib
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from farm.app.metrics.labels import resource_of, split_queue
 from farm.config import Settings
-from farm.knobs import from_json, redis_key
 from farm.protocol import counters, heartbeat
-from farm.protocol.live import depths, inspect_batches
 from farm.protocol.heartbeat import Pool
+from farm.protocol.keys import Keys
+from farm.protocol.live import depths, inspect_batches
+from farm.protocol.live_knobs import knobs_now
 from farm.protocol.stream import health
 from farm.store.accounting import allocated_totals
 
@@ -74,7 +79,7 @@ class LiveCollector(Collector):
         yield from self._stream(now)
 
     def _knobs(self) -> Iterator[Any]:
-        knobs = from_json(self.redis.get(redis_key(self.namespace)))
+        knobs = knobs_now(self.redis, Keys(self.namespace))
         for name, doc, value in (
             ("farm_delay_tolerance_seconds", "The tolerated extra delay D (the knob delay_s).", knobs.delay_s),
             ("farm_planner_tick_seconds", "The planner's tick (the knob tick_s).", knobs.tick_s),
