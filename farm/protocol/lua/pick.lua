@@ -7,10 +7,8 @@ local fcfs = queue_key(queue, QPART.fcfs)
 -- the most urgent batch: the first of the order; of batches with equal EBF keys (one decision may key every
 -- batch without history alike), the one whose head entered the stage first, as the simulation serves them
 local function most_urgent()
-  local top = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
-  if #top == 0 or z == fcfs then return top[1] end
-  local tied = redis.call('ZRANGEBYSCORE', z, top[2], top[2], 'LIMIT', 0, 2)
-  if #tied < 2 then return top[1] end
+  local top = redis.call('ZRANGE', z, 0, 1, 'WITHSCORES')  -- the first two: a tie shows as equal scores
+  if #top < 4 or z == fcfs or top[2] ~= top[4] then return top[1] end
   local best, best_seq = nil, nil
   for _, bid in ipairs(redis.call('ZRANGEBYSCORE', z, top[2], top[2])) do
     local seq = tonumber(redis.call('ZSCORE', fcfs, bid))
