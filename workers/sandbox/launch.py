@@ -99,7 +99,10 @@ class Launch:
             if child is not None:  # else bubblewrap failed before its clone: the caller finds no exit-code
                 # the namespace child too: it may have been cloned before its parent's move took effect
                 if _admit(self.group, child):
-                    os.write(block_write, b"1")
+                    try:
+                        os.write(block_write, b"1")
+                    except BrokenPipeError:  # bubblewrap failed after its clone: no exit-code, the caller says so
+                        pass
         except BaseException:
             proc.kill()
             proc.wait()

@@ -1,0 +1,60 @@
+"""How many workers of each resource kind the cluster can run: what a backend reports every epoch and
+the policy plans within. Frozen data, no I/O.
+
+Counted in workers of a resource kind as the knobs name it (`StageState.resource`: "cpu", "gpu", "io"),
+not in cores or devices: the backend converts its resources with its per-kind worker spec (a Ray GPU
+worker holds one GPU, an I/O worker a quarter of a core). `placeable` is what can run at once with the
+nodes there now; `most` is what can run once an autoscaler has added every node it may (equal to
+`placeable` on a fixed-size cluster); a kind absent from both is unbounded (the backend cannot see a
+limit, and the knobs' `max_workers` still apply).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+def _counts(raw: Mapping[str, int], what: str) -> dict[str, int]:
+    out = {}
+    for kind, n in raw.items():
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"{what}: a resource kind must be a non-empty name, not {kind!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{what}[{kind!r}] must be a whole number of workers >= 0, not {n!r}")
+        out[kind] = n
+    return out
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Workers of each resource kind the cluster can run now (`placeable`) and at most (`most`)."""
+
+    placeable: Mapping[str, int] = field(default_factory=dict)
+    most: Mapping[str, int] = field(default_factory=dict)
+    node_startup_s: float = 0.0  # how long an autoscaler's new node takes (measured), 0 without one
+
+    def __post_init__(self) -> None:
+        placeable = _counts(self.placeable, "placeable")
+        most = _counts(self.most, "most")
+        for kind, n in placeable.items():
+            most.setdefault(kind, n)
+        for kind, n in most.items():
+            if kind in placeable and n < placeable[kind]:
+                raise ValueError(f"most[{kind!r}] ({n}) is below placeable[{kind!r}] ({placeable[kind]})")
+        if not (self.node_startup_s >= 0 and math.isfinite(self.node_startup_s)):
+            raise ValueError(f"node_startup_s must be a number >= 0, not {self.node_startup_s!r}")
+        object.__setattr__(self, "placeable", placeable)
+        object.__setattr__(self, "most", most)
+
+    @property
+    def unbounded(self) -> bool:
+        return not self.most
+
+    def limit(self, kind: str) -> int | None:
+        """The most workers of `kind` that can run at once (None: no limit the backend can see)."""
+        return self.most.get(kind)
+
+
+UNBOUNDED = Capacity()
