@@ -170,6 +170,19 @@ class Stack:
         if volumes:
             _docker("volume", "rm", "-f", *volumes, check=False)
 
+    def diagnose(self) -> str:
+        """What an operator would look at after a failed run: the planner's log, the worker containers and
+        their logs' tails, and `farm status` (for an assertion's message)."""
+        parts = ["== planner log", self.compose("logs", "--tail", "60", "planner", check=False).stdout[-6000:]]
+        parts += ["== worker containers", _docker("ps", "-a", "--filter", f"label=farm.namespace={self.namespace}",
+                                                  "--format", "{{.Names}} {{.Status}}", check=False)]
+        for name in _docker("ps", "-aq", "--filter", f"label=farm.namespace={self.namespace}", check=False).split()[:6]:
+            logs = subprocess.run(["docker", "logs", "--tail", "15", name], capture_output=True, text=True, timeout=60)
+            parts += [f"== worker {name}", (logs.stdout + logs.stderr)[-2000:]]
+        status = subprocess.run(["farm", "status"], env=self.farm_env(), capture_output=True, text=True, timeout=120)
+        parts += ["== farm status", (status.stdout + status.stderr)[-4000:]]
+        return "\n".join(parts)
+
     def network_containers(self) -> list[str]:
         """The containers the engine says are attached to the stack's network (none once it is gone)."""
         attached = _docker("network", "inspect", self.network, "--format", "{{json .Containers}}", check=False)
