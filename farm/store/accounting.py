@@ -139,3 +139,46 @@ def allocated_totals(engine: Engine, now: float) -> dict[str, float]:
              .where(Worker.placed_at.is_not(None)).group_by(Worker.stage))
     with engine.connect() as conn:
         return {stage: float(total or 0.0) for stage, total in conn.execute(query)}
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """One tenant's share of one resource kind over a window: the worker-seconds allocated to the stages its
+    batches ran at, split between tenants by the seconds each ran there, against what zero queueing would have
+    held for the same batches (a worker placed the moment each request reaches a stage, retired when it leaves:
+    the seconds they ran, the physical floor)."""
+
+    tenant: str  # `t<id>`, or `-` for batches opened directly on the farm
+    resource: str
+    allocated_s: float
+    zero_queue_s: float
+
+
+def tenant_usage(engine: Engine, start: float, end: float, knobs: Knobs | None = None) -> list[TenantUsage]:
+    """Per tenant and resource kind, over `[start, end)` (two aggregate queries: the farm page reads it)."""
+    from farm.protocol.scope import tenant_of
+
+    lo, hi = _window(start, end)
+    s, f = RequestStage.started_at, RequestStage.finished_at
+    clipped = case((f > hi, hi), else_=f) - case((s < lo, lo), else_=s)
+    query = (select(RequestStage.batch_id, RequestStage.stage, func.sum(case((clipped > 0, clipped), else_=0.0)))
+             .where(s.is_not(None), f.is_not(None), s < hi, f > lo)
+             .group_by(RequestStage.batch_id, RequestStage.stage))
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    busy: dict[tuple[str, str], float] = {}  # (stage, tenant) -> seconds run
+    for batch_id, stage, seconds in rows:
+        tenant = tenant_of(batch_id)
+        key = (stage, "-" if tenant is None else f"t{tenant}")
+        busy[key] = busy.get(key, 0.0) + float(seconds or 0.0)
+    stages = {u.stage: u for u in stage_usage(engine, start, end, knobs)}
+    out: dict[tuple[str, str], list[float]] = {}
+    for (stage, tenant), seconds in busy.items():
+        usage = stages.get(stage)
+        if usage is None or usage.busy_s <= 0:
+            continue
+        share = usage.allocated_s * seconds / usage.busy_s
+        cell = out.setdefault((tenant, usage.resource), [0.0, 0.0])
+        cell[0] += share
+        cell[1] += seconds
+    return [TenantUsage(t, r, a, z) for (t, r), (a, z) in sorted(out.items())]
