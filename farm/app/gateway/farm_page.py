@@ -7,10 +7,8 @@ that reads this gateway's own JSON below and redraws in place. Operators only (`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 
 from farm.app.gateway.farm_view import FarmView
 from farm.app.gateway.web import gateway, operator
@@ -47,16 +45,20 @@ async def style() -> FileResponse:
 
 
 @router.get("/api/live")
-async def live(view: FarmView = Depends(farm_view)) -> dict[str, Any]:
+async def live(view: FarmView = Depends(farm_view)) -> Response:
     """`farm status --json`'s report (late batches first), the knobs, and each tenant's name and limits."""
-    return {**await view.live.get(), **await view.tenants()}
+    return _json(await view.live.get())
 
 
 @router.get("/api/pools")
-async def pools(view: FarmView = Depends(farm_view)) -> dict[str, Any]:
-    return await view.pools()
+async def pools(view: FarmView = Depends(farm_view)) -> Response:
+    return _json(await view.pools())
 
 
 @router.get("/api/cost")
-async def cost(view: FarmView = Depends(farm_view)) -> dict[str, Any]:
-    return await view.cost.get()
+async def cost(view: FarmView = Depends(farm_view)) -> Response:
+    return _json(await view.cost.get())
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json", headers=NO_STORE)

@@ -2,8 +2,8 @@
 gateway for a while (`live` for `LIVE_S`, `cost` for `COST_S`), so a page view costs the farm a few Redis and
 SQL reads per second however many operators watch; each view says the CPU its computation took.
 
-- `live`: `farm status --json`'s report (farm.app.cli.status.status_report: the same numbers), the knobs and
-  each tenant's name and limits.
+- `live`: `farm status --json`'s report (farm.app.cli.status.status_report: the same numbers), the knobs,
+  each tenant's name and limits, and the latest pool sample (a page asks for `pools` whole only rarely).
 - `pools`: per stage, samples of its pool (workers running, starting, pending, the planner's target, busy
   workers, queue depth) every `SAMPLE_S` over the last hour, taken by this gateway from the first page view
   on (two Redis round trips and the planner's heartbeat a sample).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import deque
@@ -32,7 +33,7 @@ from farm.store.accounting import tenant_usage
 from farm.store.tenants import list_tenants
 
 log = logging.getLogger(__name__)
-LIVE_S = 1.0  # a live view serves every page for this long
+LIVE_S = 2.0  # a live view serves every page for this long (a page asks every 8 s)
 COST_S = 30.0  # the cost over the last hour moves slowly; its two aggregates are read this often at most
 SAMPLE_S = 10.0  # a pool sample this often
 WINDOW_S = 3600.0  # the pools' and the cost's window
@@ -40,7 +41,7 @@ MAX_BATCHES = 500  # the live view's batches, the latest first (the counts per t
 
 
 class _Cached:
-    """A value computed in a thread at most once per `ttl_s`; concurrent readers share one computation."""
+    """A view computed in a thread at most once per `ttl_s`, as JSON; concurrent readers share one computation."""
 
     def __init__(self, compute: Callable[[], Any], ttl_s: float) -> None:
         self.compute, self.ttl_s = compute, ttl_s
@@ -48,7 +49,7 @@ class _Cached:
         self.at = float("-inf")
         self.lock = asyncio.Lock()
 
-    async def get(self) -> Any:
+    async def get(self) -> bytes:
         async with self.lock:
             if time.monotonic() - self.at >= self.ttl_s:
                 self.value = await asyncio.to_thread(_timed, self.compute)
@@ -56,12 +57,14 @@ class _Cached:
             return self.value
 
 
-def _timed(compute: Callable[[], dict]) -> dict:
-    """The view, with the CPU seconds its computation took in this thread (the page's cost to the gateway)."""
+def _timed(compute: Callable[[], dict]) -> bytes:
+    """The view as JSON, with the CPU seconds its computation took in this thread (the page's cost to the
+    gateway); encoded once here for every page that reads it (FastAPI's own encoding of a dict costs more
+    than the reads)."""
     cpu = time.thread_time()
     out = compute()
     out["cpu_s"] = round(time.thread_time() - cpu, 6)
-    return out
+    return json.dumps(out, separators=(",", ":")).encode()
 
 
 class FarmView:
@@ -72,8 +75,10 @@ class FarmView:
         self.samples: deque[dict[str, Any]] = deque(maxlen=int(WINDOW_S / SAMPLE_S) + 1)
         self.live = _Cached(self._live, LIVE_S)
         self.cost = _Cached(self._cost, COST_S)
-        self._tenants = _Cached(self._tenant_list, COST_S)
+        self._tenants: dict[str, Any] = {}
+        self._tenants_at = float("-inf")
         self._sampler: asyncio.Task | None = None
+        self._pools_json: bytes | None = None
 
     # -- views
 
@@ -85,12 +90,20 @@ class FarmView:
         report["batch_count"] = len(report["batches"])
         report["batches"] = report["batches"][:MAX_BATCHES]
         report["knobs"] = knobs.to_dict()
+        report["tenant_info"] = self._tenant_info()
+        # the latest pool sample rides along: a page keeps its own hour of them and asks for all rarely
+        report["pool_sample"] = self.samples[-1] if self.samples else None
         return report
 
-    def _tenant_list(self) -> dict[str, Any]:
-        found = list_tenants(self.engine, include_revoked=False) if self.engine is not None else []
-        return {"tenant_info": {f"t{t.id}": {"name": t.name, "operator": t.operator, "limits": t.limits.to_dict()}
-                            for t in found}}
+    def _tenant_info(self) -> dict[str, Any]:
+        """Each active tenant's name and limits, read from the store at most once per `COST_S`."""
+        if self.engine is None:
+            return {}
+        if time.monotonic() - self._tenants_at >= COST_S:
+            self._tenants = {f"t{t.id}": {"name": t.name, "operator": t.operator, "limits": t.limits.to_dict()}
+                             for t in list_tenants(self.engine, include_revoked=False)}
+            self._tenants_at = time.monotonic()
+        return self._tenants
 
     def _cost(self) -> dict[str, Any]:
         now = time.time()
@@ -102,9 +115,6 @@ class FarmView:
             tenants.setdefault(u.tenant, {})[u.resource] = {"allocated_s": round(u.allocated_s, 3),
                                                             "zero_queue_s": round(u.zero_queue_s, 3)}
         return {"now": now, "window_s": WINDOW_S, "tenants": tenants, "store": True}
-
-    async def tenants(self) -> dict[str, Any]:
-        return await self._tenants.get()
 
     # -- the pools' samples
 
@@ -125,15 +135,20 @@ class FarmView:
             }
         point = {"at": now, "stages": stages}
         self.samples.append(point)
+        self._pools_json = None  # encoded again at the next read, once for every page
         return point
 
-    async def pools(self) -> dict[str, Any]:
-        """The samples of the last hour; the first call starts the sampling (and takes one at once)."""
+    async def pools(self) -> bytes:
+        """The samples of the last hour, as JSON; the first call starts the sampling (and takes one at once)."""
         if self._sampler is None or self._sampler.done():
             await asyncio.to_thread(self.sample)
             self._sampler = asyncio.create_task(self._sample_forever())
-        cutoff = time.time() - WINDOW_S
-        return {"sample_s": SAMPLE_S, "window_s": WINDOW_S, "samples": [s for s in self.samples if s["at"] >= cutoff]}
+        if self._pools_json is None:
+            cutoff = time.time() - WINDOW_S
+            self._pools_json = json.dumps({"sample_s": SAMPLE_S, "window_s": WINDOW_S,
+                                           "samples": [s for s in self.samples if s["at"] >= cutoff]},
+                                          separators=(",", ":")).encode()
+        return self._pools_json
 
     async def _sample_forever(self) -> None:
         while True:
