@@ -17,7 +17,7 @@ from sqlalchemy import Engine, case, func, select
 from farm import registry
 from farm.knobs import Knobs
 from farm.pipeline import UnknownPipeline
-from farm.store.models import RequestStage, Worker
+from farm.store.models import Request, RequestStage, Worker
 
 
 @dataclass(frozen=True)
@@ -144,18 +144,17 @@ def allocated_totals(engine: Engine, now: float) -> dict[str, float]:
 @dataclass(frozen=True)
 class TenantUsage:
     """One tenant's share of one resource kind over a window: the worker-seconds allocated to the stages its
-    batches ran at, split between tenants by the seconds each ran there, against what zero queueing would have
-    held for the same batches (a worker placed the moment each request reaches a stage, retired when it leaves:
-    the seconds they ran, the physical floor)."""
+    batches ran at, split between tenants by the seconds each ran there, and those seconds (sum of s_ij: the
+    physical floor). What zero queueing would have held for the same batches: farm.app.cost."""
 
     tenant: str  # `t<id>`, or `-` for batches opened directly on the farm
     resource: str
     allocated_s: float
-    zero_queue_s: float
+    busy_s: float
 
 
 def tenant_usage(engine: Engine, start: float, end: float, knobs: Knobs | None = None) -> list[TenantUsage]:
-    """Per tenant and resource kind, over `[start, end)` (two aggregate queries: the farm page reads it)."""
+    """Per tenant and resource kind, over `[start, end)` (three queries: the farm page reads it through farm.app.cost)."""
     from farm.protocol.scope import tenant_of
 
     lo, hi = _window(start, end)
@@ -181,4 +180,33 @@ def tenant_usage(engine: Engine, start: float, end: float, knobs: Knobs | None =
         cell = out.setdefault((tenant, usage.resource), [0.0, 0.0])
         cell[0] += share
         cell[1] += seconds
-    return [TenantUsage(t, r, a, z) for (t, r), (a, z) in sorted(out.items())]
+    return [TenantUsage(t, r, a, b) for (t, r), (a, b) in sorted(out.items())]
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One request's finished run at one stage, with the request's arrival (None: its event is missing)."""
+
+    batch_id: str
+    request_id: str
+    stage: str
+    arrived_at: float | None
+    queued_at: float | None
+    started_at: float
+    finished_at: float
+
+
+def stage_runs(engine: Engine, start: float, end: float) -> list[StageRun]:
+    """Every finished stage run, whenever it ran, of the batches that had a request at a stage (queued or
+    running) during `[start, end)`, with its request's arrival: what zero queueing's hold of those batches is
+    computed from (one query; zero queueing ends a batch no later than its last run, so no other batch's
+    hold reaches into the window)."""
+    rs = RequestStage
+    ran = select(rs.batch_id).where(rs.finished_at > start,
+                                    func.coalesce(rs.queued_at, rs.started_at) < end).distinct()
+    query = (select(rs.batch_id, rs.request_id, rs.stage, Request.arrived_at, rs.queued_at, rs.started_at,
+                    rs.finished_at)
+             .outerjoin(Request, (Request.batch_id == rs.batch_id) & (Request.request_id == rs.request_id))
+             .where(rs.batch_id.in_(ran), rs.started_at.is_not(None), rs.finished_at.is_not(None)))
+    with engine.connect() as conn:
+        return [StageRun(*row) for row in conn.execute(query)]

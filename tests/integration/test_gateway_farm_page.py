@@ -86,18 +86,23 @@ def test_the_pools_json_samples_every_stage_with_its_workers_busy_and_queue(sett
     assert pools["window_s"] == 3600
 
 
-def test_the_cost_splits_each_stages_allocated_seconds_between_tenants_by_what_their_batches_ran(
+def test_the_cost_splits_each_stages_allocated_seconds_between_tenants_against_zero_queueing_and_the_floor(
         settings, gateway, engine, operator, emit):
     now = time.time()
     for stage in ("compile", "execute"):  # one worker a stage, allocated 90 s
         emit("worker_spawned", worker=f"w-{stage}", stage=f"synthetic.{stage}", backend="local", at=now - 100)
         emit("worker_retired", worker=f"w-{stage}", stage=f"synthetic.{stage}", at=now - 10)
-    emit.batch("t1:a", "t1.task", now - 90, [[0.0, 10.0, 2.0]], completed_at=now - 70)
+    # t1: two requests at once, 10 s of compile then 2 s of execute: zero queueing holds two workers at each
+    # stage for the 12 s the batch would take; t2: one request, 30 s of compile
+    emit.batch("t1:a", "t1.task", now - 90, [[0.0, 10.0, 2.0], [0.0, 10.0, 2.0]], completed_at=now - 60)
     emit.batch("t2:b", "t2.task", now - 90, [[0.0, 30.0, 0.0]], completed_at=now - 50)
     Recorder(settings, engine).run_once()
     with client(gateway, operator) as ops:
         cost = ops.get("/ui/api/cost").json()
-    assert cost["tenants"]["t1"]["cpu"] == {"allocated_s": pytest.approx(22.5, abs=0.1), "zero_queue_s": 10.0}
-    assert cost["tenants"]["t2"]["cpu"] == {"allocated_s": pytest.approx(67.5, abs=0.1), "zero_queue_s": 30.0}
-    assert cost["tenants"]["t1"]["gpu"] == {"allocated_s": pytest.approx(90.0, abs=0.1), "zero_queue_s": 2.0}
+    assert cost["tenants"]["t1"]["cpu"] == {"allocated_s": pytest.approx(36.0, abs=0.1), "zero_queue_s": 24.0,
+                                            "busy_s": 20.0}
+    assert cost["tenants"]["t2"]["cpu"] == {"allocated_s": pytest.approx(54.0, abs=0.1), "zero_queue_s": 30.0,
+                                            "busy_s": 30.0}
+    assert cost["tenants"]["t1"]["gpu"] == {"allocated_s": pytest.approx(90.0, abs=0.1), "zero_queue_s": 24.0,
+                                            "busy_s": 4.0}
     assert "gpu" not in cost["tenants"]["t2"]

@@ -8,7 +8,7 @@ SQL reads per second however many operators watch; each view says the CPU its co
   workers, queue depth) every `SAMPLE_S` over the last hour, taken by this gateway from the first page view
   on (two Redis round trips and the planner's heartbeat a sample).
 - `cost`: per tenant and resource kind, the worker-seconds allocated over the last hour against what zero
-  queueing would have held for the same batches (farm.store.accounting.tenant_usage).
+  queueing would have held for the same batches and the seconds they ran, the floor (farm.app.cost).
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from typing import Any, Callable
 import redis as redis_lib
 
 from farm.app.cli.status import status_report
+from farm.app.cost import tenant_cost
 from farm.config import Settings, redis_url
 from farm.protocol import heartbeat
 from farm.protocol.keys import Keys
 from farm.protocol.live import depths, inspect
 from farm.protocol.live_knobs import knobs_now
-from farm.store.accounting import tenant_usage
 from farm.store.tenants import list_tenants
 
 log = logging.getLogger(__name__)
 LIVE_S = 2.0  # a live view serves every page for this long (a page asks every 8 s)
-COST_S = 30.0  # the cost over the last hour moves slowly; its two aggregates are read this often at most
+COST_S = 30.0  # the cost over the last hour moves slowly; its four SQL reads run this often at most
 SAMPLE_S = 10.0  # a pool sample this often
 WINDOW_S = 3600.0  # the pools' and the cost's window
 MAX_BATCHES = 500  # the live view's batches, the latest first (the counts per tenant cover all)
@@ -111,9 +111,10 @@ class FarmView:
             return {"now": now, "window_s": WINDOW_S, "tenants": {}, "store": False}
         knobs = knobs_now(self.redis, self.keys)
         tenants: dict[str, dict[str, dict[str, float]]] = {}
-        for u in tenant_usage(self.engine, now - WINDOW_S, now, knobs):
-            tenants.setdefault(u.tenant, {})[u.resource] = {"allocated_s": round(u.allocated_s, 3),
-                                                            "zero_queue_s": round(u.zero_queue_s, 3)}
+        for c in tenant_cost(self.engine, now - WINDOW_S, now, knobs):
+            tenants.setdefault(c.tenant, {})[c.resource] = {"allocated_s": round(c.allocated_s, 3),
+                                                            "zero_queue_s": round(c.zero_queue_s, 3),
+                                                            "busy_s": round(c.busy_s, 3)}
         return {"now": now, "window_s": WINDOW_S, "tenants": tenants, "store": True}
 
     # -- the pools' samples

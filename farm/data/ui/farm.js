@@ -142,12 +142,14 @@ function drawCost(c) {
   for (const [t, kinds] of Object.entries(c.tenants)) {
     for (const [kind, v] of Object.entries(kinds)) {
       rows.push(el("tr", {"data-tenant": t, "data-resource": kind}, el("td", {}, tenantName(t)),
-        el("td", {class: "text"}, kind), el("td", {}, v.allocated_s.toFixed(1)), el("td", {}, v.zero_queue_s.toFixed(1)),
-        el("td", {}, v.zero_queue_s > 0 ? (v.allocated_s / v.zero_queue_s).toFixed(2) + "x" : "-")));
+        el("td", {class: "text"}, kind), el("td", {"data-field": "allocated"}, v.allocated_s.toFixed(1)),
+        el("td", {"data-field": "zero_queue"}, v.zero_queue_s.toFixed(1)),
+        el("td", {"data-field": "ratio"}, v.zero_queue_s > 0 ? (v.allocated_s / v.zero_queue_s).toFixed(2) + "x" : "-"),
+        el("td", {"data-field": "busy"}, v.busy_s.toFixed(1))));
     }
   }
   fill(document.querySelector("#cost tbody"), rows.length ? rows :
-    [el("tr", {}, el("td", {colspan: 5, class: "muted"}, c.store ? "nothing ran in the last hour" : "no history store"))]);
+    [el("tr", {}, el("td", {colspan: 6, class: "muted"}, c.store ? "nothing ran in the last hour" : "no history store"))]);
 }
 
 function every(path, ms, draw) {
