@@ -52,6 +52,14 @@ def test_an_operator_opens_the_page_by_its_token_in_the_path_and_it_loads_nothin
     assert "fetch(" in script.text and not re.search(r"fetch\([^)]*https?:", script.text)
 
 
+@pytest.mark.parametrize("path", PAGE)
+def test_no_response_of_the_page_lets_a_browser_send_its_address_with_the_token_in_it_as_a_referrer(
+        gateway, operator, path):
+    with client(gateway) as browser:
+        reply = browser.get(f"/t/{operator}{path}")
+    assert reply.status_code == 200 and reply.headers["referrer-policy"] == "no-referrer"
+
+
 def test_the_live_json_shows_what_farm_status_shows_with_tenant_names(settings, gateway, engine, operator):
     tenant, _ = create_tenant(engine, "alpha", now=time.time())
     with RewardClient(settings) as direct:

@@ -15,8 +15,9 @@ from farm.app.gateway.web import gateway, operator
 
 PAGE = Path(__file__).resolve().parents[2] / "data" / "ui"
 router = APIRouter(prefix="/ui", dependencies=[Depends(operator)], include_in_schema=False)
-# no caching anywhere: the page and its data are an operator's, and its token may be in the path
-NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+# no caching anywhere: the page and its data are an operator's, and its token may be in the path, which no
+# Referer header may then carry anywhere (a link followed, a request the page makes)
+NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; frame-ancestors 'none'")
 
