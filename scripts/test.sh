@@ -52,6 +52,13 @@ log "the sandbox's launcher (bubblewrap: workers/sandbox/)"
 have bwrap || apt_install bubblewrap
 bwrap --version
 
+log "headless chromium (the farm page's browser test)"
+have chromium && have chromedriver || apt_install chromium chromium-driver
+chromium --version
+export FARM_REQUIRE_BROWSER=1  # the browser test must run, not skip
+# its screenshots are kept as artifacts of the run
+export FARM_TEST_ARTIFACTS="${FARM_TEST_ARTIFACTS:-$PWD/test-artifacts}"
+
 log "redis"
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     have redis-server || apt_install redis-server

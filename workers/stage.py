@@ -32,6 +32,7 @@ from farm.protocol.scripts import Call
 from farm.protocol.state import RequestState
 from farm.results import Result, StageRecord, Status
 from workers.runner import next_stage, run_stage
+from workers.served import Served
 
 log = logging.getLogger(__name__)
 FALLBACK_TIMEOUT_S = 3600.0  # hard limit for tokens of a stage this process cannot look up
@@ -84,13 +85,14 @@ class StageWorker:
     # ---- one token ----
 
     def serve(self) -> str:
+        """Serve one wake-up token; what it served, as Flower shows it (workers.served)."""
         self.last_active = time.monotonic()
         knobs = self.dispatch.knobs()
         token = uuid.uuid4().hex
         reply = self.dispatch.pick(self.queue, self.name, knobs.scheduler, token)
         self.requeued(reply[0], knobs)
         if len(reply) == 1:
-            return "idle"  # the request this token announced was cancelled or taken by a recovered token
+            return str(Served(self.queue, "idle"))  # the request this token announced was cancelled or taken by a recovered token
         _, batch_id, request_id, enqueued_at, state_raw, payload_raw, task, _pipeline = reply
         state = RequestState.decode(state_raw)
         hold = Hold(token, batch_id)
@@ -109,12 +111,12 @@ class StageWorker:
             self.hold = None
             self.last_active = time.monotonic()
         finished = time.time()
-        return self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome)
+        return str(self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome))
 
     def complete(self, knobs: Knobs, hold: Hold, request_id: str, enqueued_at: float, state: RequestState,
-                 started: float, finished: float, outcome: StageOutcome) -> str:
-        """Hand the request on to its next stage, or finish it here. Data a stage passes on that is not
-        JSON fails its request alone, as an infra error of this stage."""
+                 started: float, finished: float, outcome: StageOutcome) -> Served:
+        """Hand the request on to its next stage, or finish it here; what was served. Data a stage passes on
+        that is not JSON fails its request alone, as an infra error of this stage."""
         passed = replace(state, carry={**state.carry, **outcome.carry}, details={**state.details, **outcome.details})
         try:
             call, wake = self._handoff(knobs, hold, request_id, enqueued_at, passed, started, finished, outcome)
@@ -125,7 +127,10 @@ class StageWorker:
         reply = self.dispatch.run(call)
         if wake is not None and reply == "next" and not self.dispatch.lua_tokens:
             self.tokens.send(*wake)
-        return reply
+        handed_on = wake is not None  # a stage before the last: no status or reward of the request's yet
+        status = outcome.status.value if outcome.status else "passed" if handed_on else Status.OK.value
+        return Served(self.queue, str(reply), hold.batch, request_id, status,
+                      None if handed_on else outcome.reward, started - enqueued_at, finished - started)
 
     def _handoff(self, knobs: Knobs, hold: Hold, request_id: str, enqueued_at: float, state: RequestState,
                  started: float, finished: float, outcome: StageOutcome) -> tuple[Call, tuple[str, float] | None]:

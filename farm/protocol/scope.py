@@ -72,3 +72,13 @@ class Scope:
     def message(self, text: str) -> str:
         """An error message of the farm's in the tenant's names (the farm quotes its own ids)."""
         return text.replace(f"'{self.batch_prefix}", "'").replace(f"'{self.task_prefix}", "'")
+
+
+_TENANT_BATCH = re.compile(r"^t(\d+):")
+
+
+def tenant_of(farm_batch: str) -> int | None:
+    """The tenant whose batch this farm id is (its `t<id>:` prefix); None for a batch opened directly on the
+    farm, outside any tenant's names."""
+    found = _TENANT_BATCH.match(farm_batch)
+    return int(found.group(1)) if found else None

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, case, func, select
 from farm import registry
 from farm.knobs import Knobs
 from farm.pipeline import UnknownPipeline
-from farm.store.models import RequestStage, Worker
+from farm.store.models import Request, RequestStage, Worker
 
 
 @dataclass(frozen=True)
@@ -139,3 +139,74 @@ def allocated_totals(engine: Engine, now: float) -> dict[str, float]:
              .where(Worker.placed_at.is_not(None)).group_by(Worker.stage))
     with engine.connect() as conn:
         return {stage: float(total or 0.0) for stage, total in conn.execute(query)}
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """One tenant's share of one resource kind over a window: the worker-seconds allocated to the stages its
+    batches ran at, split between tenants by the seconds each ran there, and those seconds (sum of s_ij: the
+    physical floor). What zero queueing would have held for the same batches: farm.app.cost."""
+
+    tenant: str  # `t<id>`, or `-` for batches opened directly on the farm
+    resource: str
+    allocated_s: float
+    busy_s: float
+
+
+def tenant_usage(engine: Engine, start: float, end: float, knobs: Knobs | None = None) -> list[TenantUsage]:
+    """Per tenant and resource kind, over `[start, end)` (three queries: the farm page reads it through farm.app.cost)."""
+    from farm.protocol.scope import tenant_of
+
+    lo, hi = _window(start, end)
+    s, f = RequestStage.started_at, RequestStage.finished_at
+    clipped = case((f > hi, hi), else_=f) - case((s < lo, lo), else_=s)
+    query = (select(RequestStage.batch_id, RequestStage.stage, func.sum(case((clipped > 0, clipped), else_=0.0)))
+             .where(s.is_not(None), f.is_not(None), s < hi, f > lo)
+             .group_by(RequestStage.batch_id, RequestStage.stage))
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    busy: dict[tuple[str, str], float] = {}  # (stage, tenant) -> seconds run
+    for batch_id, stage, seconds in rows:
+        tenant = tenant_of(batch_id)
+        key = (stage, "-" if tenant is None else f"t{tenant}")
+        busy[key] = busy.get(key, 0.0) + float(seconds or 0.0)
+    stages = {u.stage: u for u in stage_usage(engine, start, end, knobs)}
+    out: dict[tuple[str, str], list[float]] = {}
+    for (stage, tenant), seconds in busy.items():
+        usage = stages.get(stage)
+        if usage is None or usage.busy_s <= 0:
+            continue
+        share = usage.allocated_s * seconds / usage.busy_s
+        cell = out.setdefault((tenant, usage.resource), [0.0, 0.0])
+        cell[0] += share
+        cell[1] += seconds
+    return [TenantUsage(t, r, a, b) for (t, r), (a, b) in sorted(out.items())]
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One request's finished run at one stage, with the request's arrival (None: its event is missing)."""
+
+    batch_id: str
+    request_id: str
+    stage: str
+    arrived_at: float | None
+    queued_at: float | None
+    started_at: float
+    finished_at: float
+
+
+def stage_runs(engine: Engine, start: float, end: float) -> list[StageRun]:
+    """Every finished stage run, whenever it ran, of the batches that had a request at a stage (queued or
+    running) during `[start, end)`, with its request's arrival: what zero queueing's hold of those batches is
+    computed from (one query; zero queueing ends a batch no later than its last run, so no other batch's
+    hold reaches into the window)."""
+    rs = RequestStage
+    ran = select(rs.batch_id).where(rs.finished_at > start,
+                                    func.coalesce(rs.queued_at, rs.started_at) < end).distinct()
+    query = (select(rs.batch_id, rs.request_id, rs.stage, Request.arrived_at, rs.queued_at, rs.started_at,
+                    rs.finished_at)
+             .outerjoin(Request, (Request.batch_id == rs.batch_id) & (Request.request_id == rs.request_id))
+             .where(rs.batch_id.in_(ran), rs.started_at.is_not(None), rs.finished_at.is_not(None)))
+    with engine.connect() as conn:
+        return [StageRun(*row) for row in conn.execute(query)]

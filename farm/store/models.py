@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Double, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Batch and request ids, tasks and groups are the client's: any length (a GRPO group is naturally its prompt,
@@ -167,6 +167,8 @@ class Tenant(Base):
     revoked_at: Mapped[float | None] = mapped_column(Double)
     limits: Mapped[dict[str, Any]] = mapped_column(JSON)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # an object the gateway reads (per-protocol batching)
+    # an operator's token opens the farm page (`/ui`): every tenant's batches, the pools, costs and knobs
+    operator: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
     __table_args__ = (
         UniqueConstraint("name", name="uq_tenants_name"),

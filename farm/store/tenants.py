@@ -68,6 +68,7 @@ class Tenant:
     revoked_at: float | None
     limits: TenantLimits
     config: Mapping[str, Any] = field(default_factory=dict)
+    operator: bool = False  # may open the farm page (`/ui`), which shows every tenant's batches
 
     @property
     def active(self) -> bool:
@@ -86,7 +87,7 @@ def token_hash(token: str) -> str:
 
 def _tenant(row: Any) -> Tenant:
     return Tenant(row.id, row.name, row.token_prefix, row.created_at, row.revoked_at,
-                  TenantLimits.from_dict(row.limits or {}), MappingProxyType(dict(row.config or {})))
+                  TenantLimits.from_dict(row.limits or {}), MappingProxyType(dict(row.config or {})), bool(row.operator))
 
 
 def _checked_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -116,13 +117,14 @@ def _row(conn: Connection, name: str) -> Row:
 
 
 def create_tenant(engine: Engine, name: str, *, limits: TenantLimits | None = None,
-                  config: Mapping[str, Any] | None = None, now: float) -> tuple[Tenant, str]:
-    """A new tenant and its token, which is returned this once and never stored."""
+                  config: Mapping[str, Any] | None = None, operator: bool = False, now: float) -> tuple[Tenant, str]:
+    """A new tenant and its token, which is returned this once and never stored; an `operator` may open the
+    farm page."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise TenantError(f"a tenant name is 1-64 letters, digits or '_.-', not {name!r:.100}")
     token = new_token()
     values = dict(name=name, token_hash=token_hash(token), token_prefix=token[:8], created_at=now, revoked_at=None,
-                  limits=_checked_limits(limits).to_dict(), config=_checked_config(config))
+                  limits=_checked_limits(limits).to_dict(), config=_checked_config(config), operator=bool(operator))
     try:
         with engine.begin() as conn:
             conn.execute(insert(TenantRow).values(**values))

@@ -30,7 +30,7 @@ def running_gateway(settings: Settings, engine, gateway_settings: GatewaySetting
                     ) -> Iterator[str]:
     """The gateway's base URL while the block runs."""
     app = create_app(lambda: AsyncRewardClient(settings), Directory.of_engine(engine, gateway_settings.auth_ttl_s),
-                     gateway_settings)
+                     gateway_settings, engine)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            h11_max_incomplete_event_size=64 * 1024))

@@ -77,3 +77,25 @@ def test_status_shows_the_start_up_each_stage_s_workers_take(settings):
     assert report["stages"]["synthetic.compile"]["startup"]["plan_s"] == 41.5
     table = _status(settings).output
     assert "28.0 / 41.5 s (12)" in table
+
+
+def test_status_shows_a_silent_batch_against_abandon_after_and_each_tenants_use(settings):
+    import redis
+
+    from farm.protocol.keys import Keys
+    from farm.protocol.scope import Scope
+
+    with RewardClient(settings) as client:
+        quiet = client.open_batch("task-q", "synthetic", 2, batch_id=Scope(7).batch("quiet"))
+        quiet.submit("r0", {"times": [1.0, 0.5]})
+        client.open_batch("task-h", "synthetic", 2, batch_id="heard")
+    r = redis.Redis.from_url(settings.redis_url)
+    r.zadd(Keys(settings.namespace).seen, {"t7:quiet": time.time() - 700})  # its trainer last heard 700 s ago
+    r.close()
+    report = json.loads(_status(settings, "--json").output)
+    quiet_row = next(b for b in report["batches"] if b["batch"] == "t7:quiet")
+    assert quiet_row["silent_s"] >= 700 and quiet_row["abandon_after_s"] == 600 and quiet_row["silent"]
+    assert report["tenants"]["t7"] == {"batches": 1, "outstanding": 1, "queued": 1, "running": 0, "silent": 1}
+    assert report["tenants"]["-"]["batches"] == 1
+    shown = _status(settings).output
+    assert "SILENT" in shown and "use per tenant" in shown

@@ -99,3 +99,13 @@ def test_set_with_nothing_to_change_is_refused(env):
     farm(env, "create", "acme")
     result = farm(env, "set", "acme")
     assert result.exit_code == 2 and "nothing to set" in result.output
+
+
+def test_create_operator_makes_a_token_that_opens_the_farm_page_and_list_says_so(env, db):
+    result = farm(env, "create", "ops", "--operator")
+    assert result.exit_code == 0, result.output
+    assert "/t/<token>/ui" in result.output
+    assert authenticate(db, result.output.strip().splitlines()[-1]).operator
+    farm(env, "create", "acme")
+    assert {t["name"]: t["operator"] for t in json.loads(farm(env, "list", "--json").output)} == {"ops": True,
+                                                                                               "acme": False}

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -126,6 +127,29 @@ def test_flower_shows_the_stage_workers(tmp_path):
         shown = eventually(lambda: (n := task_names()) >= {"farm.stage.synthetic.compile", "farm.stage.synthetic.execute"} and n,
                            30, what="Flower to show the stage tasks")
         assert "farm.stage.synthetic.execute" in shown
+
+
+def test_flower_lists_and_finds_the_batch_request_and_status_a_worker_served(tmp_path):
+    port = free_port()
+    with EmbeddedFarm(Settings(data_dir=str(tmp_path)), flower_port=port) as farm:
+        farm.wait_ready()
+        with RewardClient(farm.settings) as client:
+            batch = client.open_batch("task-f", "synthetic", 1, batch_id="step-41")
+            batch.submit("r0", {"times": [0.05, 0.05]})
+            batch.gather(timeout=30)
+
+        def found(query):
+            url = f"http://127.0.0.1:{port}/api/tasks?" + urllib.parse.urlencode({"search": query})
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    return [t.get("result") or "" for t in json.load(r).values()]
+            except OSError:
+                return []
+
+        rows = eventually(lambda: len(r := found("batch step-41")) >= 2 and r, 30,
+                          what="Flower to find the batch's tasks")
+        assert any("request r0" in row and "stage synthetic.execute status ok reward 1" in row for row in rows)
+        assert any("stage synthetic.compile status passed" in row and " wait " in row for row in rows)
 
 
 def test_with_the_planner_the_embedded_farm_grows_its_pools_from_the_batch_hint(tmp_path):

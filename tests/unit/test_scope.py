@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from farm.errors import InvalidInput
-from farm.protocol.scope import Scope
+from farm.protocol.scope import Scope, tenant_of
 
 
 def test_a_tenants_batch_lives_under_its_prefix_and_comes_back_unprefixed():
@@ -71,3 +71,8 @@ def test_a_malformed_farm_tenant_is_refused_naming_the_variable():
     assert from_env({"FARM_TENANT": "12"}).tenant == 12 and from_env({}).tenant is None
     with pytest.raises(ValueError, match="FARM_TENANT"):
         from_env({"FARM_TENANT": "acme"})
+
+
+def test_a_farm_batch_id_says_which_tenant_it_belongs_to():
+    assert tenant_of(Scope(3).batch("t9:x")) == 3
+    assert tenant_of("step-1") is None and tenant_of("tx:step") is None

@@ -1,5 +1,6 @@
 """`farm status`: per stage queued / running / workers (starting, pending, per node) and the start-up its
-workers take, per active batch progress n/B and estimated T. Start-ups come from the planner daemon's heartbeat (it reads them from the
+workers take, per active batch progress n/B, estimated T and how long its trainer has been silent (against
+abandon_after_s), per tenant its use now. Start-ups come from the planner daemon's heartbeat (it reads them from the
 worker lives in the store): with no daemon running there is none to show. Below: what waits for the
 recorder in the history stream, loudly when its cap drops history."""
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from farm.app.cli.common import require_redis, settings_options
+from farm.app.overview import batch_rows, tenant_use
 from farm.protocol import counters, heartbeat
 from farm.protocol.heartbeat import Heartbeat, Pool
 from farm.protocol.keys import Keys
@@ -35,6 +37,7 @@ def history_report(stream, counted) -> dict:
 
 def status_report(live, knobs, planner: Heartbeat | None = None, history: dict | None = None) -> dict:
     """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
+    rows = batch_rows(live, knobs)  # late ones first, with the silence of their trainers
     startups = planner.startups if planner else {}
     pools = planner.pools if planner else {}
     stages = {}
@@ -61,13 +64,9 @@ def status_report(live, knobs, planner: Heartbeat | None = None, history: dict |
         "delay_s": knobs.delay_s,
         "policy": knobs.policy,
         "stages": stages,
-        "batches": [
-            {
-                "batch": b.batch_id, "task": b.task, "pipeline": b.pipeline, "size": b.size,
-                "arrived": b.arrived, "done": b.done, "opened_at": b.opened_at, "estimated_at": b.key,
-            }
-            for b in live.batches
-        ],
+        "abandon_after_s": knobs.abandon_after(),
+        "batches": rows,
+        "tenants": tenant_use(rows),  # per tenant ('-': batches opened directly on the farm), its use now
     }
 
 
@@ -126,12 +125,30 @@ def status(settings, as_json):
     if pending:
         console.print("pending (waiting for a machine with room; not allocated): "
                       + ", ".join(f"{q} {n}" for q, n in pending.items()))
-    batches = Table("batch", "task", "pipeline", "done/B", "arrived", "estimated T", title="active batches")
-    for b in report["batches"]:
-        batches.add_row(b["batch"], b["task"], b["pipeline"], f"{b['done']}/{b['size']}", str(b["arrived"]),
-                        _relative(b["estimated_at"], report["now"]))
-    console.print(batches if report["batches"] else "no active batch")
+    _print_batches(console, report)
     _print_history(console, report["history"], report["now"])
+
+
+def _heard(b: dict) -> str:
+    if b["silent_s"] is None:
+        return "-"
+    after = "never abandoned" if b["abandon_after_s"] is None else f"of {b['abandon_after_s']:g}"
+    heard = f"{b['silent_s']:.0f} s ago ({after})"
+    return f"[bold red]{heard} SILENT[/]" if b["silent"] else heard
+
+
+def _print_batches(console: Console, report: dict) -> None:
+    """Late ones first; a silent one (its trainer not heard for abandon_after_s) is marked; then each tenant's use."""
+    batches = Table("batch", "task", "done/B", "arrived", "estimated T", "trainer heard", title="active batches")
+    for b in report["batches"]:
+        batches.add_row(b["batch"], b["task"], f"{b['done']}/{b['size']}", str(b["arrived"]),
+                        _relative(b["estimated_at"], report["now"]), _heard(b))
+    console.print(batches if report["batches"] else "no active batch")
+    if report["tenants"]:
+        tenants = Table("tenant", "batches", "outstanding", "queued", "running", "silent", title="use per tenant")
+        for name, use in report["tenants"].items():
+            tenants.add_row(name, *(str(use[k]) for k in ("batches", "outstanding", "queued", "running", "silent")))
+        console.print(tenants)
 
 
 def _print_history(console: Console, h: dict, now: float) -> None:

@@ -94,7 +94,7 @@ def _config(config_json: str | None) -> dict[str, Any] | None:
 
 def _row(t: Tenant) -> dict[str, Any]:
     return {"id": t.id, "name": t.name, "token_prefix": t.token_prefix, "created_at": t.created_at,
-            "revoked_at": t.revoked_at, "limits": t.limits.to_dict(), "config": dict(t.config)}
+            "revoked_at": t.revoked_at, "limits": t.limits.to_dict(), "config": dict(t.config), "operator": t.operator}
 
 
 def _when(t: float | None) -> str:
@@ -125,20 +125,26 @@ def tenants() -> None:
 @click.option("--redis-user", is_flag=True,
               help="Also a Redis user for a direct (Redis) client, confined to the tenant's own batches.")
 @redis_option
+@click.option("--operator", is_flag=True, help="An operator: its token opens the gateway's farm page (/ui), which shows "
+              "every tenant's batches, the pools, costs and knobs.")
 @json_option
 def create(name, database_url, open_batches, queued_requests, payload_bytes, config_json, redis_user, redis_url,
-           as_json) -> None:
+           operator, as_json) -> None:
     """A new tenant and its API token."""
     limits = _run(_limits, TenantLimits(), open_batches, queued_requests, payload_bytes)
     config = _config(config_json)
     if redis_user and not redis_url:
         raise click.UsageError("--redis-user needs the farm's Redis: --redis-url or FARM_REDIS_URL")
-    tenant, token = _run(create_tenant, open_engine(database_url), name, limits=limits, config=config, now=time.time())
+    tenant, token = _run(create_tenant, open_engine(database_url), name, limits=limits, config=config,
+                         operator=operator, now=time.time())
     direct = _grant(redis_url, tenant, token) if redis_user else None
     if as_json:
-        click.echo(json.dumps({"id": tenant.id, "name": tenant.name, "token": token, "direct_client": direct}))
+        click.echo(json.dumps({"id": tenant.id, "name": tenant.name, "token": token, "direct_client": direct,
+                               "operator": tenant.operator}))
         return
-    _token(tenant, token, "created")
+    if tenant.operator:
+        click.echo("An operator: its farm page is http://<gateway host:port>/t/<token>/ui (farm gateway)")
+    _token(tenant, token, "created operator" if tenant.operator else "created")
     if direct:
         click.echo("Its direct client (the Python client on the farm's Redis) runs with:")
         for key, value in direct.items():
@@ -155,12 +161,13 @@ def list_(database_url, as_json) -> None:
         click.echo(json.dumps([_row(t) for t in found], indent=2))
         return
     table = Table(title="tenants", show_header=True)
-    for column in ("id", "name", "token", "created", "revoked", "open batches", "queued", "payload bytes", "config"):
+    for column in ("id", "name", "token", "created", "revoked", "open batches", "queued", "payload bytes", "config",
+                   "operator"):
         table.add_column(column)
     for t in found:
         table.add_row(str(t.id), t.name, f"{t.token_prefix}...", _when(t.created_at), _when(t.revoked_at),
                       str(t.limits.open_batches), str(t.limits.queued_requests), str(t.limits.payload_bytes),
-                      json.dumps(dict(t.config)) if t.config else "-")
+                      json.dumps(dict(t.config)) if t.config else "-", "yes" if t.operator else "-")
     Console().print(table)
 
 

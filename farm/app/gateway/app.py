@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Callable
+from typing import Any, Callable
 
 from fastapi import APIRouter, FastAPI
 
-from farm.app.gateway import native, openrlhf, sandbox_fusion
+from farm.app.gateway import farm_page, native, openrlhf, sandbox_fusion
 from farm.app.gateway.auth import Directory
 from farm.app.gateway.config import GatewaySettings
 from farm.app.gateway.service import Gateway
@@ -23,7 +23,8 @@ create`), or put the token in the path, `/t/<token>/...`, where the caller canno
 
 
 def create_app(make_client: Callable[[], AsyncRewardClient], directory: Directory,
-               settings: GatewaySettings = GatewaySettings()) -> FastAPI:
+               settings: GatewaySettings = GatewaySettings(), engine: Any = None) -> FastAPI:
+    """`engine`: the history store, for the farm page's costs (None: the page shows none)."""
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         g = app.state.gateway = Gateway(make_client(), directory, settings)
@@ -34,12 +35,16 @@ def create_app(make_client: Callable[[], AsyncRewardClient], directory: Director
             upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await upkeep
+            view = getattr(app.state, "farm_view", None)
+            if view is not None:
+                await view.close()
             await g.close()
 
     app = FastAPI(title="Reward farm gateway", description=DESCRIPTION, version="1", lifespan=lifespan)
+    app.state.engine, app.state.farm_view = engine, None
     for prefix in ("", "/t/{token}"):
         routes = APIRouter(prefix=prefix)
-        for module in (native, openrlhf, sandbox_fusion):
+        for module in (native, openrlhf, sandbox_fusion, farm_page):
             routes.include_router(module.router)
         app.include_router(routes, include_in_schema=True)
     install_errors(app)

@@ -21,6 +21,10 @@ class Unauthenticated(Exception):
     """No token, or one the store does not know (HTTP 401)."""
 
 
+class Forbidden(Exception):
+    """A valid token that may not do this: a tenant's on the farm page, which is for operators (HTTP 403)."""
+
+
 class Directory:
     """Tenants by token, cached; `lookup` is the store's `authenticate` (blocking, run in a thread)."""
 

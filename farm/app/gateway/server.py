@@ -26,7 +26,8 @@ class RedactTokens(logging.Filter):
 def serve(farm: Settings, host: str, port: int, settings: GatewaySettings = GatewaySettings(),
           database_url: str | None = None) -> None:
     engine = open_store(farm, url=database_url)
-    app = create_app(lambda: AsyncRewardClient(farm), Directory.of_engine(engine, settings.auth_ttl_s), settings)
+    app = create_app(lambda: AsyncRewardClient(farm), Directory.of_engine(engine, settings.auth_ttl_s), settings,
+                     engine)
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(RedactTokens())
     # h11's cap on a request head: headers beyond it are refused with 400 before the app sees them

@@ -10,7 +10,7 @@ import json
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from farm.app.gateway.auth import Unauthenticated, bearer
+from farm.app.gateway.auth import Forbidden, Unauthenticated, bearer
 from farm.app.gateway.limits import LimitExceeded, TooLarge
 from farm.app.gateway.schemas import ErrorBody
 from farm.app.gateway.service import Caller, Gateway
@@ -18,7 +18,7 @@ from farm.errors import HTTP_STATUS
 
 ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 429, 503)}
 # the most specific first
-STATUS = [(Unauthenticated, 401), (TooLarge, 413), (LimitExceeded, 429), *HTTP_STATUS]
+STATUS = [(Unauthenticated, 401), (Forbidden, 403), (TooLarge, 413), (LimitExceeded, 429), *HTTP_STATUS]
 
 
 def gateway(request: Request) -> Gateway:
@@ -30,6 +30,15 @@ async def caller(request: Request) -> Caller:
     token = request.path_params.get("token") or bearer(request.headers.get("authorization"))
     c = await gateway(request).caller(token)
     request.state.scope = c.scope
+    return c
+
+
+async def operator(request: Request) -> Caller:
+    """An operator calling (`farm tenants create NAME --operator`); a tenant's token is refused with 403."""
+    c = await caller(request)
+    if not c.tenant.operator:
+        raise Forbidden("the farm page is for operators: a tenant's token cannot open it "
+                        "(farm tenants create NAME --operator)")
     return c
 
 
