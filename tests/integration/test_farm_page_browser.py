@@ -19,7 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from bench.farm_page import BATCHES, STAGES, browser_parts, drawn_ms, farm_gateway, fifty_open_batches, \
+from tests.support.farm_page import BATCHES, STAGES, browser_parts, drawn_ms, farm_gateway, fifty_open_batches, \
     headless_chromium
 from farm.app.cli import main
 from farm.app.embedded import EmbeddedFarm
