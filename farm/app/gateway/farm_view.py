@@ -6,7 +6,10 @@ SQL reads per second however many operators watch; each view says the CPU its co
   each tenant's name and limits, and the latest pool sample (a page asks for `pools` whole only rarely).
 - `pools`: per stage, samples of its pool (workers running, starting, pending, the planner's target, busy
   workers, queue depth) every `SAMPLE_S` over the last hour, taken by this gateway from the first page view
-  on (two Redis round trips and the planner's heartbeat a sample).
+  on (two Redis round trips and the planner's heartbeat a sample). Before that, and over any gap of more than
+  `GAP_S` between two samples, the same grid is filled from the history store (farm.store.pool_history: three
+  SQL reads and the requests queued or running now), those samples marked `"backfilled": true`: an operator
+  opening the page after an incident sees the hour before it.
 - `cost`: per tenant and resource kind, the worker-seconds allocated over the last hour against what zero
   queueing would have held for the same batches and the seconds they ran, the floor (farm.app.cost).
 """
@@ -19,6 +22,7 @@ import json
 import logging
 import time
 from collections import deque
+from dataclasses import asdict
 from typing import Any, Callable
 
 import redis as redis_lib
@@ -28,14 +32,16 @@ from farm.app.cost import tenant_cost
 from farm.config import Settings, redis_url
 from farm.protocol import heartbeat
 from farm.protocol.keys import Keys
-from farm.protocol.live import depths, inspect
+from farm.protocol.live import LiveState, depths, inspect
 from farm.protocol.live_knobs import knobs_now
+from farm.store.pool_history import StagePool, StageVisit, pool_rows, pools_at
 from farm.store.tenants import list_tenants
 
 log = logging.getLogger(__name__)
 LIVE_S = 2.0  # a live view serves every page for this long (a page asks every 8 s)
 COST_S = 30.0  # the cost over the last hour moves slowly; its four SQL reads run this often at most
 SAMPLE_S = 10.0  # a pool sample this often
+GAP_S = 3 * SAMPLE_S  # a longer gap between two samples (or none yet) is filled from the history
 WINDOW_S = 3600.0  # the pools' and the cost's window
 MAX_BATCHES = 500  # the live view's batches, the latest first (the counts per tenant cover all)
 
@@ -78,6 +84,7 @@ class FarmView:
         self._tenants: dict[str, Any] = {}
         self._tenants_at = float("-inf")
         self._sampler: asyncio.Task | None = None
+        self._starting = asyncio.Lock()  # two first page views start one sampler
         self._pools_json: bytes | None = None
 
     # -- views
@@ -120,7 +127,8 @@ class FarmView:
     # -- the pools' samples
 
     def sample(self) -> dict[str, Any]:
-        """One sample of every stage's pool (two round trips for the queues, one for the planner's heartbeat)."""
+        """One sample of every stage's pool (two round trips for the queues, one for the planner's heartbeat);
+        the first one, or one after a gap, fills the samples it follows from the history first."""
         now = time.time()
         counted = depths(self.redis, self.settings, now)
         beat = heartbeat.read(self.redis, self.settings.namespace)
@@ -128,22 +136,45 @@ class FarmView:
         stages = {}
         for q in sorted(set(counted) | set(pools)):
             d, pool = counted.get(q), pools.get(q)
-            stages[q] = {
+            stages[q] = asdict(StagePool(
                 # registered workers serving it: the backend's running count where a planner reports one
-                "running": pool.running if pool else (d.workers if d else 0),
-                "starting": pool.starting if pool else 0, "pending": pool.pending if pool else 0,
-                "target": targets.get(q), "busy": d.running if d else 0, "queued": d.pending if d else 0,
-            }
-        point = {"at": now, "stages": stages}
+                running=pool.running if pool else (d.workers if d else 0),
+                starting=pool.starting if pool else 0, pending=pool.pending if pool else 0,
+                target=targets.get(q), busy=d.running if d else 0, queued=d.pending if d else 0))
+        point = {"at": now, "stages": stages, "backfilled": False}
+        previous = self.samples[-1]["at"] if self.samples else None
+        if self.engine is not None and (previous is None or now - previous > GAP_S):
+            try:
+                self._backfill(previous, now)
+            except Exception as exc:  # the live samples go on without the history's
+                log.warning("farm page: the pools' history could not be read: %s", exc)
         self.samples.append(point)
         self._pools_json = None  # encoded again at the next read, once for every page
         return point
 
+    def _backfill(self, since: float | None, until: float) -> None:
+        """The samples after `since` (None: the window's start) and before the live one at `until`, from the
+        history store, on the live samples' grid (`until` - k `SAMPLE_S`), marked `backfilled`."""
+        first = until - WINDOW_S if since is None else max(since + SAMPLE_S / 2, until - WINDOW_S)  # no twin at a seam
+        times = [until - k * SAMPLE_S for k in range(int((until - first) / SAMPLE_S + 1e-6), 0, -1)]
+        if not times:
+            return
+        try:  # the requests queued or running now: the history has them only once they finish a stage
+            open_visits = _open_visits(inspect(self.redis, self.settings, now=until))
+        except Exception as exc:
+            log.warning("farm page: the pools' history goes without the requests in flight: %s", exc)
+            open_visits = []
+        filled = [{"at": t, "stages": {q: asdict(p) for q, p in pools.items()}, "backfilled": True}
+                  for t, pools in zip(times, pools_at(pool_rows(self.engine, times[0], until), times, open_visits))]
+        self.samples = deque(sorted([*self.samples, *filled], key=lambda s: s["at"]), maxlen=self.samples.maxlen)
+
     async def pools(self) -> bytes:
-        """The samples of the last hour, as JSON; the first call starts the sampling (and takes one at once)."""
-        if self._sampler is None or self._sampler.done():
-            await asyncio.to_thread(self.sample)
-            self._sampler = asyncio.create_task(self._sample_forever())
+        """The samples of the last hour, as JSON; the first call starts the sampling (and takes one at once,
+        after the hour before it from the history)."""
+        async with self._starting:
+            if self._sampler is None or self._sampler.done():
+                await asyncio.to_thread(self.sample)
+                self._sampler = asyncio.create_task(self._sample_forever())
         if self._pools_json is None:
             cutoff = time.time() - WINDOW_S
             self._pools_json = json.dumps({"sample_s": SAMPLE_S, "window_s": WINDOW_S,
@@ -165,3 +196,13 @@ class FarmView:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
         self.redis.close()
+
+
+def _open_visits(live: LiveState) -> list[StageVisit]:
+    """The requests waiting or running at each stage now, as visits not finished yet."""
+    out = []
+    for q, state in live.stages.items():
+        out += [StageVisit(p.batch, p.id, q, p.enqueued_at, None, None) for p in state.pending]
+        # its queue time is not in the busy record: a running request counts as queued never
+        out += [StageVisit(r.batch, r.id, q, None, r.started_at, None) for r in state.running]
+    return out
