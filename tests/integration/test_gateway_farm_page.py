@@ -11,8 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from farm.app.cli import main
+from farm.app.gateway.farm_view import SAMPLE_S, FarmView
 from farm.client.sync import RewardClient
 from farm.protocol.scope import Scope
+from farm.store.decisions import record_decision
 from farm.store.recorder import Recorder
 from farm.store.tenants import create_tenant
 from tests.integration.gateway_support import client, running_gateway
@@ -87,11 +89,69 @@ def test_the_pools_json_samples_every_stage_with_its_workers_busy_and_queue(sett
         batch.submit("r0", {"times": [0.0, 5.0]})  # the execute stage has no worker: it queues there
     with client(gateway, operator) as ops:
         pools = ops.get("/ui/api/pools").json()
-    [sample] = pools["samples"]
-    assert sample["stages"]["synthetic.compile"] == {"running": 1, "starting": 0, "pending": 0, "target": None,
+    *_, sample = pools["samples"]  # the live one, after those the history gives
+    assert sample["backfilled"] is False and sample["stages"]["synthetic.compile"] == {"running": 1, "starting": 0, "pending": 0, "target": None,
                                                      "busy": 0, "queued": 0}
     assert sample["stages"]["synthetic.execute"]["queued"] == 1
     assert pools["window_s"] == 3600
+
+
+def test_the_first_pools_json_already_holds_the_hour_before_the_gateway_started_as_the_history_says(
+        settings, engine, operator, emit):
+    now = time.time()
+    # a compile worker starting from -1800 s, ready at -1790 s, retired at -600 s; one request compiling from
+    # -1500 s to -900 s; the planner asked for 2 compile workers before the hour, then for 1 at -1200 s
+    emit("worker_spawned", worker="w-c", stage="synthetic.compile", backend="local", at=now - 1800)
+    emit("worker_ready", worker="w-c", stage="synthetic.compile", at=now - 1790)
+    emit("worker_retired", worker="w-c", stage="synthetic.compile", at=now - 600)
+    emit.batch("b-old", "task-h", now - 1500, [[0.0, 600.0, 0.0]], completed_at=now - 900)
+    Recorder(settings, engine).run_once()
+    for at, workers in ((now - 7200, {"synthetic.compile": 2, "synthetic.execute": 1}),
+                        (now - 1200, {"synthetic.compile": 1, "synthetic.execute": 0})):
+        record_decision(engine, at=at, reason="tick", policy="distrs", workers=workers, runtime_s=0.0, estimates={},
+                        details={"pipeline": "synthetic"})
+
+    def history(t):  # the compile pool at t, as written above
+        return {"running": int(now - 1790 <= t < now - 600), "starting": int(now - 1800 <= t < now - 1790),
+                "pending": 0, "target": 2 if t < now - 1200 else 1, "busy": int(now - 1500 <= t < now - 900),
+                "queued": 0}
+
+    started = time.time()
+    with running_gateway(settings, engine) as gateway, client(gateway, operator) as ops:
+        samples = ops.get("/ui/api/pools").json()["samples"]
+    *past, live = samples
+    assert live["backfilled"] is False and live["at"] >= started
+    assert len(past) >= 3590 / SAMPLE_S and all(s["backfilled"] and s["at"] < started for s in past)
+    assert [round(b["at"] - a["at"], 6) for a, b in zip(samples, samples[1:])] == [SAMPLE_S] * len(past)
+    assert [s["stages"]["synthetic.compile"] for s in past] == [history(s["at"]) for s in past]
+    assert {s["stages"]["synthetic.execute"]["target"] for s in past} == {1, 0}
+    assert sum(s["stages"]["synthetic.compile"]["busy"] for s in past) == 60  # the 600 s the request ran
+
+
+def test_a_farm_with_no_history_and_nothing_in_flight_gets_no_samples_from_the_history(settings, engine):
+    view = FarmView(settings, engine)
+    try:
+        view.sample()
+        assert [s["backfilled"] for s in view.samples] == [False]
+    finally:
+        view.redis.close()
+
+
+def test_a_gap_of_more_than_three_samples_is_filled_from_the_history(settings, engine, emit):
+    view = FarmView(settings, engine)
+    try:
+        view.sample()
+        emit("worker_spawned", worker="w-c", stage="synthetic.compile", backend="local", at=time.time() - 100)
+        emit("worker_ready", worker="w-c", stage="synthetic.compile", at=time.time() - 100)
+        Recorder(settings, engine).run_once()
+        view.samples[-1]["at"] -= 6 * SAMPLE_S  # as if no sample had been taken for a minute
+        view.sample()
+        first, *filled, live = view.samples
+        assert [s["backfilled"] for s in (first, *filled, live)] == [False] + [True] * 5 + [False]
+        assert [round(live["at"] - s["at"], 6) for s in filled] == [50.0, 40.0, 30.0, 20.0, 10.0]
+        assert {s["stages"]["synthetic.compile"]["running"] for s in filled} == {1}
+    finally:
+        view.redis.close()
 
 
 def test_the_cost_splits_each_stages_allocated_seconds_between_tenants_against_zero_queueing_and_the_floor(

@@ -143,30 +143,38 @@ class FarmView:
                 target=targets.get(q), busy=d.running if d else 0, queued=d.pending if d else 0))
         point = {"at": now, "stages": stages, "backfilled": False}
         previous = self.samples[-1]["at"] if self.samples else None
+        filled: list[dict[str, Any]] = []
         if self.engine is not None and (previous is None or now - previous > GAP_S):
             try:
-                self._backfill(previous, now)
+                filled = self._backfill(previous, now)
             except Exception as exc:  # the live samples go on without the history's
                 log.warning("farm page: the pools' history could not be read: %s", exc)
-        self.samples.append(point)
+        if filled:  # one new deque, the live sample last: a reader never sees a backfilled one as the latest
+            self.samples = deque(sorted([*self.samples, *filled], key=lambda s: s["at"]) + [point],
+                                 maxlen=self.samples.maxlen)
+        else:
+            self.samples.append(point)
         self._pools_json = None  # encoded again at the next read, once for every page
         return point
 
-    def _backfill(self, since: float | None, until: float) -> None:
+    def _backfill(self, since: float | None, until: float) -> list[dict[str, Any]]:
         """The samples after `since` (None: the window's start) and before the live one at `until`, from the
-        history store, on the live samples' grid (`until` - k `SAMPLE_S`), marked `backfilled`."""
+        history store, on the live samples' grid (`until` - k `SAMPLE_S`), marked `backfilled`; none where the
+        history holds no stage at all."""
         first = until - WINDOW_S if since is None else max(since + SAMPLE_S / 2, until - WINDOW_S)  # no twin at a seam
         times = [until - k * SAMPLE_S for k in range(int((until - first) / SAMPLE_S + 1e-6), 0, -1)]
         if not times:
-            return
+            return []
         try:  # the requests queued or running now: the history has them only once they finish a stage
             open_visits = _open_visits(inspect(self.redis, self.settings, now=until))
         except Exception as exc:
             log.warning("farm page: the pools' history goes without the requests in flight: %s", exc)
             open_visits = []
-        filled = [{"at": t, "stages": {q: asdict(p) for q, p in pools.items()}, "backfilled": True}
-                  for t, pools in zip(times, pools_at(pool_rows(self.engine, times[0], until), times, open_visits))]
-        self.samples = deque(sorted([*self.samples, *filled], key=lambda s: s["at"]), maxlen=self.samples.maxlen)
+        counted = pools_at(pool_rows(self.engine, times[0], until), times, open_visits)
+        if not any(counted):
+            return []
+        return [{"at": t, "stages": {q: asdict(p) for q, p in pools.items()}, "backfilled": True}
+                for t, pools in zip(times, counted)]
 
     async def pools(self) -> bytes:
         """The samples of the last hour, as JSON; the first call starts the sampling (and takes one at once,

@@ -10,7 +10,7 @@ const SERIES = [["running", "#2f6fde"], ["starting", "#f0a020"], ["pending", "#9
                 ["target", "#1d232b"], ["busy", "#2ca25f"], ["queued", "#d7301f"]];
 const SVG = "http://www.w3.org/2000/svg";
 let tenantNames = {};
-let pools = null;  // {sample_s, window_s, samples}
+let pools = null;  // {sample_s, window_s, samples}: those from the history (`backfilled`) drawn as the live ones
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
