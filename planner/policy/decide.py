@@ -228,10 +228,15 @@ def _extra_delays(w: Workload, completion: np.ndarray | None) -> tuple[float | N
 
 
 def _bindings(snapshot: Snapshot, knobs: Knobs, wanted, held, delays) -> tuple[Binding, ...]:
-    """A `Binding` for every stage held below what it wants."""
+    """A `Binding` for every stage of a kind whose capacity is below what its stages want, held below
+    its own want (a stage of another kind that a binding plan shrinks is not held back by the capacity)."""
     mean, most = delays
+    room, used = _room(snapshot.capacity), {}
+    for s, a in zip(snapshot.stages, wanted):
+        used[s.resource] = used.get(s.resource, 0) + int(a)
+    short = {kind for kind, n in used.items() if kind in room and n > room[kind]}
     return tuple(Binding(s.queue, s.resource, int(a), int(b), mean, most, knobs.delay_s)
-                 for s, a, b in zip(snapshot.stages, wanted, held) if a > b)
+                 for s, a, b in zip(snapshot.stages, wanted, held) if a > b and s.resource in short)
 
 
 def _within(snapshot: Snapshot, knobs: Knobs, counts: dict[str, int], w: Workload | None):

@@ -18,10 +18,13 @@ planner-runtime case (16,000 estimated requests, two stages) that is 14 simulati
 Within a capacity (`planner.policy.capacity`, given only where the pools the search would want do not
 fit it), each stage's upper bound is first cut so that every resource kind's stages share no more than
 its `most` (`fit`, in proportion to their queue-free peaks); with an autoscaler, the stage's share of
-what is `placeable` now is ready after the start-up, the rest a node start-up later. A batch that these
+what is `placeable` now is ready after the start-up, the rest a node start-up later (and the window of
+the decision, what the pools keep busy until a new worker can serve, is a node start-up longer: a
+worker that needs a node is asked for that much earlier, so that the autoscaler adds it in time). A batch that these
 capped pools finish later than its limit is judged against that completion instead: no pool within the
 capacity does better, and without it the search would run every stage to its bound, a stage that is not
-short of workers too. The timeout-aware check is then off: requests wait whatever the pools.
+short of workers too. The timeout-aware check is then off at the stages cut (or waiting for nodes):
+requests wait there whatever the pools; it stays on at the others.
 
 The search does not rely on monotonicity for correctness: its answer is always a count that was
 simulated and passed (or the upper bound, which passes by construction). With several stages list
@@ -77,7 +80,7 @@ def _lower_bound(sim: Simulator, k: int, grid: int = 16) -> int:
     s = w.times[idx, k]
     lim = sim.limits[w.batch[idx]]
     cut = lim - s - sim.rest_after[k][idx]
-    if sim.timeout_aware:  # at its first stage a request's arrival is known, so is its timeout-aware bound
+    if sim.aware[k]:  # at its first stage a request's arrival is known, so is its timeout-aware bound
         entry = w.first_stage()[idx] == k
         bound = np.maximum(np.maximum(w.arrival[idx], sim.floor) + sim.slack, lim - sim.lt[k])
         cut = np.where(entry, np.minimum(cut, bound), cut)
@@ -127,6 +130,7 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
     num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
     capped = False
     if capacity is not None:
+        peaks = list(num)
         bound, w = _capped(w, num, resources, capacity)
         capped = bound != num or w.placeable is not None
         if capped:
@@ -135,7 +139,11 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
             # no pool within the capacity finishes a batch before the capped pools do
             limits = np.maximum(limits, free.run(num, stop_early=False).completion)
             unlimited = list(num)  # the fallback below: the capped pools, which pass by construction
-            timeout_aware = False  # requests wait whatever the pools (see the module)
+            # no timeout-aware check where the capacity makes requests wait whatever the pools
+            placeable = w.placeable if w.placeable is not None else num
+            timeout_aware = [timeout_aware and b >= n and p >= b for b, n, p in zip(bound, peaks, placeable)]
+            if w.placeable is not None:  # a worker that waits for a node is asked for a node's start-up ahead
+                lookahead_s += w.node_startup_s
     # the timeout-aware check excuses a wait of D / M per stage only where a new worker cannot come within
     # D: there its strict pool would be started ahead and idle, elsewhere it costs only workers that serve
     slack = delay_s / m if lookahead_s > delay_s else 0.0
