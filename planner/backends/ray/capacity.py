@@ -4,7 +4,8 @@ visible (autoscaler v2, KubeRay), and the operator's FARM_MAX_* where it is not.
 
 - placeable: the farm's own placed workers of the kind plus what fits in the nodes' available resources now
   (the other kinds' workers and other farms' actors hold the rest). A stopping worker is not counted:
-  its resources come back when it leaves.
+  its resources come back when it leaves; nor is an actor being created on its node, which the GCS still
+  calls pending (it cannot be told from one waiting for room). Both err on the safe side, for a moment.
 - most: what fits once every node group runs its `max_count` nodes (capped by the config's
   `max_resources`); without a visible autoscaler, what fits in the nodes there now. FARM_MAX_GPUS /
   FARM_MAX_CPUS replace it for the kinds whose workers hold that resource, and bound `placeable` too.
