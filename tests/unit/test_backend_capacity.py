@@ -64,3 +64,31 @@ def test_the_node_start_up_setting_is_seconds_or_absent():
     assert node_startup_from_env({}) is None
     with pytest.raises(ValueError, match="FARM_NODE_STARTUP_S"):
         node_startup_from_env({"FARM_NODE_STARTUP_S": "-5"})
+
+
+def local_backend(tmp_path):
+    from farm.config import Settings
+    from planner.backends.local import LocalBackend
+
+    return LocalBackend(Settings(namespace="t", redis_url="redis://127.0.0.1:1/0", data_dir=str(tmp_path)),
+                        launcher=False)
+
+
+def test_the_local_backend_is_unbounded_unless_the_operator_says_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("FARM_MAX_GPUS", raising=False)
+    monkeypatch.delenv("FARM_MAX_CPUS", raising=False)
+    backend = local_backend(tmp_path)
+    try:
+        assert backend.capacity().unbounded
+    finally:
+        backend.close()
+
+
+def test_the_local_backend_reads_farm_max_gpus_as_one_gpu_worker_per_gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("FARM_MAX_GPUS", "2")
+    monkeypatch.delenv("FARM_MAX_CPUS", raising=False)
+    backend = local_backend(tmp_path)
+    try:
+        assert dict(backend.capacity().most) == {"gpu": 2}
+    finally:
+        backend.close()
