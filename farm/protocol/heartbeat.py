@@ -1,6 +1,7 @@
 """The planner daemon's heartbeat: after every decision epoch the daemon says it is alive, and what `farm
 status`, `farm replay` and the metrics show of it: its backend, the pools it sizes (by state, and where
-they run), what its last decisions asked for, and the worker start-ups it plans with.
+they run), what its last decisions asked for, the worker start-ups it plans with, the cluster's capacity
+its backend reports, and the stages that capacity holds below what they want.
 
 One JSON value per namespace (`<namespace>:planner`) that expires after three ticks, so a daemon that died
 is no longer seen within them. The daemon writes it (planner.runtime.service); the readers read it here,
@@ -42,6 +43,32 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class KindCapacity:
+    """Workers of one resource kind the backend can run now (`placeable`) and at most (an autoscaler's maximum)."""
+
+    placeable: int
+    most: int
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A stage the capacity holds below what it wants (the policy's `planner.policy.snapshot.Binding`):
+    the workers it wants and those it gets, and the extra delay C - T the planner now expects of its
+    pipeline's active batches (mean, max; None where the policy does not simulate) against D (`delay_s`)."""
+
+    resource: str
+    wanted: int
+    held: int
+    delay_mean_s: float | None = None
+    delay_max_s: float | None = None
+    delay_s: float = 0.0
+
+    @property
+    def short(self) -> int:
+        return self.wanted - self.held
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """What a running daemon last said of itself."""
 
@@ -53,6 +80,9 @@ class Heartbeat:
     startups: Mapping[str, Startup] = field(default_factory=dict)  # stage queue -> seen (too few: absent)
     pools: Mapping[str, Pool] = field(default_factory=dict)  # stage queue -> its pool
     targets: Mapping[str, int] = field(default_factory=dict)  # stage queue -> the pool last asked for
+    capacity: Mapping[str, KindCapacity] = field(default_factory=dict)  # kind -> the backend's (absent: unbounded)
+    node_startup_s: float = 0.0  # an autoscaler's node start-up the planner plans with (0: none expected)
+    bound: Mapping[str, Bound] = field(default_factory=dict)  # stage queue -> held below its want, by its last decision
 
     def to_dict(self) -> dict[str, Any]:
         """As plain data, the nesting included (what `farm status --json` prints)."""
@@ -67,7 +97,9 @@ class Heartbeat:
         return cls(**{**_known(cls, data),
                       "startups": {q: Startup(**_known(Startup, s)) for q, s in (data.get("startups") or {}).items()},
                       "pools": {q: Pool(**_known(Pool, p)) for q, p in (data.get("pools") or {}).items()},
-                      "targets": dict(data.get("targets") or {})})
+                      "targets": dict(data.get("targets") or {}),
+                      "capacity": {k: KindCapacity(**_known(KindCapacity, c)) for k, c in (data.get("capacity") or {}).items()},
+                      "bound": {q: Bound(**_known(Bound, b)) for q, b in (data.get("bound") or {}).items()}})
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:

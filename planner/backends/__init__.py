@@ -2,9 +2,9 @@
 
 One small interface (this module), one package per backend (`local/`, `docker/`, `ray/`, and `fake/` for
 the daemon's tests), and the rules of a worker's life they all keep in one place (`lifecycle`, beside
-`common`). The daemon owns the policy and asks a backend only three things: which workers exist (`list`),
-to start some for a stage (`spawn`), and to let given ones go (`retire`). Assumptions every backend states
-and every caller must live with:
+`common`). The daemon owns the policy and asks a backend only four things: which workers exist (`list`),
+to start some for a stage (`spawn`), to let given ones go (`retire`), and how many of each resource kind
+it can run (`capacity`, every epoch). Assumptions every backend states and every caller must live with:
 
 - Eventually consistent. `list` reports what the backend last observed; a worker just spawned may be
   `pending` (a cluster has no room for it yet) or `starting` for seconds, a retired one `stopping` until
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar, Iterable
 
+from planner.policy.capacity import Capacity
 
 class WorkerState(str, Enum):
     PENDING = "pending"  # asked for, waiting for a machine with room (a cluster's scheduler or autoscaler)
@@ -83,6 +84,12 @@ class Backend(abc.ABC):
     def retire(self, names: Iterable[str]) -> list[Worker]:
         """Warm-shut-down the named workers; returns those now stopping. Unknown or gone names are skipped."""
 
+    @abc.abstractmethod
+    def capacity(self) -> Capacity:
+        """Workers of each resource kind ("cpu", "gpu", "io") it can run now and at most, this farm's own
+        placed workers included (planner.backends.capacity converts resources; FARM_MAX_GPUS / FARM_MAX_CPUS
+        bound every backend). A kind absent is one it sees no limit for."""
+
     def reconcile(self) -> list[Worker]:
         """Adopt what a previous daemon left running and reap what died meanwhile; call once on start."""
         return self.list()
@@ -127,4 +134,4 @@ def create(kind: str, settings: Any, **options: Any) -> Backend:
     return getattr(importlib.import_module(module), attr)(settings, **options)
 
 
-__all__ = ["Backend", "BackendError", "KINDS", "STARTUP_S", "Worker", "WorkerState", "create"]
+__all__ = ["Backend", "BackendError", "Capacity", "KINDS", "STARTUP_S", "Worker", "WorkerState", "create"]

@@ -6,14 +6,17 @@ not in cores or devices: the backend converts its resources with its per-kind wo
 worker holds one GPU, an I/O worker a quarter of a core). `placeable` is what can run at once with the
 nodes there now; `most` is what can run once an autoscaler has added every node it may (equal to
 `placeable` on a fixed-size cluster); a kind absent from both is unbounded (the backend cannot see a
-limit, and the knobs' `max_workers` still apply).
+limit, and the knobs' `max_workers` still apply). A kind in `most` alone has nothing placeable now (an
+autoscaler whose nodes of that kind are all still to be added).
+
+Within a pipeline, its stages of one kind share that kind's capacity (`fit`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 
 def _counts(raw: Mapping[str, int], what: str) -> dict[str, int]:
@@ -55,6 +58,31 @@ class Capacity:
     def limit(self, kind: str) -> int | None:
         """The most workers of `kind` that can run at once (None: no limit the backend can see)."""
         return self.most.get(kind)
+
+    def ready(self, kind: str) -> int | None:
+        """The most workers of `kind` that can run without a new node (None: no limit the backend can see)."""
+        if kind not in self.most:
+            return None
+        return self.placeable.get(kind, 0)
+
+
+def fit(counts: Sequence[int], kinds: Sequence[str], limits: Mapping[str, int]) -> list[int]:
+    """`counts` (one per pool, its resource kind in `kinds`) cut so that each kind's sum is within its
+    limit: a kind over it shares the limit in proportion to the counts (largest remainders, ties to the
+    earlier pool), no pool above its count. A kind without a limit, or within it, is left as it is."""
+    out = [int(c) for c in counts]
+    for kind, limit in limits.items():
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        total = sum(out[i] for i in idx)
+        if total <= limit:
+            continue
+        share = [out[i] * limit // total for i in idx]
+        by_remainder = sorted(range(len(idx)), key=lambda j: (-(out[idx[j]] * limit % total), j))
+        for j in by_remainder[: limit - sum(share)]:
+            share[j] += 1
+        for i, n in zip(idx, share):
+            out[i] = n
+    return out
 
 
 UNBOUNDED = Capacity()

@@ -15,6 +15,17 @@ Each search starts from a lower bound (`_lower_bound`: compulsory parts and ener
 1% (`PRECISION`: exact below 100 workers, a worker or so above, inside the decision's 10% band). On the
 planner-runtime case (16,000 estimated requests, two stages) that is 14 simulations instead of 22.
 
+Within a capacity (`planner.policy.capacity`, given only where the pools the search would want do not
+fit it), each stage's upper bound is first cut so that every resource kind's stages share no more than
+its `most` (`fit`, in proportion to their queue-free peaks); with an autoscaler, the stage's share of
+what is `placeable` now is ready after the start-up, the rest a node start-up later (and the window of
+the decision, what the pools keep busy until a new worker can serve, is a node start-up longer: a
+worker that needs a node is asked for that much earlier, so that the autoscaler adds it in time). A batch that these
+capped pools finish later than its limit is judged against that completion instead: no pool within the
+capacity does better, and without it the search would run every stage to its bound, a stage that is not
+short of workers too. The timeout-aware check is then off at the stages cut (or waiting for nodes):
+requests wait there whatever the pools; it stays on at the others.
+
 The search does not rely on monotonicity for correctness: its answer is always a count that was
 simulated and passed (or the upper bound, which passes by construction). With several stages list
 scheduling has anomalies (more workers upstream can reorder a downstream queue and delay a batch); then
@@ -24,10 +35,12 @@ the answer may not be the smallest feasible count, but it is feasible.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Sequence
 
 import numpy as np
 
+from planner.policy.capacity import Capacity, fit
 from planner.policy.simulate import Simulator, peak_busy
 from planner.policy.workload import Workload
 
@@ -43,6 +56,7 @@ class Plan:
     completion: np.ndarray  # per batch, the simulated completion with `workers`
     order: tuple[int, ...]  # stages in the order searched
     probes: int  # SIMULATE calls made
+    capped: bool = False  # the capacity cut an upper bound: `completion` is what the capped pools give
 
 
 def _unlimited(sim: Simulator) -> list[int]:
@@ -66,7 +80,7 @@ def _lower_bound(sim: Simulator, k: int, grid: int = 16) -> int:
     s = w.times[idx, k]
     lim = sim.limits[w.batch[idx]]
     cut = lim - s - sim.rest_after[k][idx]
-    if sim.timeout_aware:  # at its first stage a request's arrival is known, so is its timeout-aware bound
+    if sim.aware[k]:  # at its first stage a request's arrival is known, so is its timeout-aware bound
         entry = w.first_stage()[idx] == k
         bound = np.maximum(np.maximum(w.arrival[idx], sim.floor) + sim.slack, lim - sim.lt[k])
         cut = np.where(entry, np.minimum(cut, bound), cut)
@@ -85,21 +99,55 @@ def _lower_bound(sim: Simulator, k: int, grid: int = 16) -> int:
     return int(best)
 
 
+def _capped(w: Workload, num: list[int], resources: Sequence[str], capacity: Capacity) -> tuple[list[int], Workload]:
+    """The upper bounds cut to the capacity, and the workload whose new workers beyond each stage's share
+    of what is placeable now wait for a node (with an autoscaler whose nodes take time)."""
+    bound = fit(num, resources, capacity.most)
+    if capacity.node_startup_s <= 0:
+        return bound, w
+    ready = {kind: capacity.ready(kind) for kind in capacity.most}
+    placeable = fit(bound, resources, ready)
+    if placeable == bound:  # every pool within what is placeable now: no worker waits for a node
+        return bound, w
+    placeable = [p if kind in ready else np.iinfo(np.int64).max for p, kind in zip(placeable, resources)]
+    return bound, replace(w, placeable=placeable, node_startup_s=capacity.node_startup_s)
+
+
 def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, timeout_aware: bool = True,
-           lookahead_s: float = math.inf) -> Plan:
+           lookahead_s: float = math.inf, capacity: Capacity | None = None, resources: Sequence[str] = ()) -> Plan:
+    """Algorithm 1 (see the module): the smallest pools that keep every batch within its limit; within
+    `capacity` (one resource kind per stage in `resources`) when given."""
     m = w.stages
     if len(costs) != m:
         raise ValueError(f"need one cost per stage ({m}), got {len(costs)}")
+    if capacity is not None and len(resources) != m:
+        raise ValueError(f"need one resource kind per stage ({m}), got {len(resources)}")
     free = Simulator(w, scheduler=scheduler, timeout_aware=False, limits=np.full(len(w.keys), math.inf))
     unlimited = _unlimited(free)
     ref = free.queue_free()
     on_time = w.deadlines + delay_s
     limits = np.where(ref.completion <= on_time, on_time, ref.completion + delay_s)
+    num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
+    capped = False
+    if capacity is not None:
+        peaks = list(num)
+        bound, w = _capped(w, num, resources, capacity)
+        capped = bound != num or w.placeable is not None
+        if capped:
+            num = bound
+            free = Simulator(w, scheduler=scheduler, timeout_aware=False, limits=np.full(len(w.keys), math.inf))
+            # no pool within the capacity finishes a batch before the capped pools do
+            limits = np.maximum(limits, free.run(num, stop_early=False).completion)
+            unlimited = list(num)  # the fallback below: the capped pools, which pass by construction
+            # no timeout-aware check where the capacity makes requests wait whatever the pools
+            placeable = w.placeable if w.placeable is not None else num
+            timeout_aware = [timeout_aware and b >= n and p >= b for b, n, p in zip(bound, peaks, placeable)]
+            if w.placeable is not None:  # a worker that waits for a node is asked for a node's start-up ahead
+                lookahead_s += w.node_startup_s
     # the timeout-aware check excuses a wait of D / M per stage only where a new worker cannot come within
     # D: there its strict pool would be started ahead and idle, elsewhere it costs only workers that serve
     slack = delay_s / m if lookahead_s > delay_s else 0.0
     sim = Simulator(w, scheduler=scheduler, delay_s=delay_s, timeout_aware=timeout_aware, limits=limits, slack_s=slack)
-    num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
     probes = 1
     order = tuple(sorted(range(m), key=lambda k: (-costs[k], k)))
     for k in order:
@@ -130,8 +178,8 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
         num[k] = hi
     final = sim.run(num, stop_early=False, detail=True)
     if not final.ok:  # the queue-free peak should pass untested; if it did not, a worker per request does
-        num = unlimited
+        num = unlimited  # (within a capacity: the capped pools)
         final = sim.run(num, stop_early=False, detail=True)
     probes += 1
     window = [min(num[k], peak_busy(final.starts[k], final.finishes[k], w.now, w.now + lookahead_s)) for k in range(m)]
-    return Plan(tuple(num), tuple(window), limits, final.completion, order, probes)
+    return Plan(tuple(num), tuple(window), limits, final.completion, order, probes, capped)

@@ -26,6 +26,7 @@ whole backlog at once: hundreds of workers, which with start-ups must be started
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -57,12 +58,15 @@ class Prefix:
 class Simulator:
     """SIMULATE over one workload, reusable across the probes of Algorithm 1."""
 
-    def __init__(self, w: Workload, *, scheduler: str = "ebf", delay_s: float = 0.0, timeout_aware: bool = True,
-                 limits: np.ndarray | None = None, slack_s: float | None = None) -> None:
+    def __init__(self, w: Workload, *, scheduler: str = "ebf", delay_s: float = 0.0,
+                 timeout_aware: bool | Sequence[bool] = True, limits: np.ndarray | None = None,
+                 slack_s: float | None = None) -> None:
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {scheduler!r}")
-        self.w, self.scheduler, self.timeout_aware = w, scheduler, timeout_aware
         n, m = w.times.shape
+        # the timeout-aware check per stage (off where a capacity makes requests wait whatever the pools)
+        self.aware = [bool(a) for a in np.broadcast_to(np.asarray(timeout_aware, dtype=bool), (m,))]
+        self.w, self.scheduler, self.timeout_aware = w, scheduler, any(self.aware)
         self.visits = w.times > 0
         first = w.first_stage()
         self.running_at = [w.running & (first == k) for k in range(m)]
@@ -166,7 +170,7 @@ class Simulator:
             # a start later than `cut` fails: past the batch's limit once its own later stages run, or
             # (timeout-aware) a wait, beyond what no pool avoids, after which LT > limit
             late = lim_s - srv_s - self.rest_after[k][sel] + 1e-9
-            if self.timeout_aware:
+            if self.aware[k]:
                 late = np.minimum(late, np.maximum(self._excused(arr_s), lim_s - float(self.lt[k])))
             cut = late.tolist()
         grp = self.rank[w.batch[sel]].tolist() if self.scheduler == "ebf" else []
@@ -205,7 +209,7 @@ class Simulator:
                 return False
             fin_a = np.asarray(fin)
             st = fin_a - w.times[sel, k]
-            if self.timeout_aware and not stop_early:
+            if self.aware[k] and not stop_early:
                 arr_a = arr_all[order]
                 waited = (st > arr_a + 1e-9) & (st > self._excused(arr_a) + 1e-9) & (st + lt > lim_s)
                 ok = not waited.any()

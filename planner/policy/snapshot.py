@@ -13,6 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
+from planner.policy.capacity import UNBOUNDED, Capacity
+
 # ActiveBatch.state codes of an arrived request
 QUEUED, RUNNING, DONE = 0, 1, 2
 
@@ -119,6 +121,8 @@ class Snapshot:
     startup_s: float = 0.0  # how long a new worker takes to be ready (the backend's cold start)
     # the policy's own latest needs for this pipeline (`Decision.need`), oldest first, as the caller kept them
     recent: tuple[Need, ...] = ()
+    # the workers of each resource kind this pipeline may have (the daemon's share of the cluster)
+    capacity: Capacity = UNBOUNDED
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -141,12 +145,37 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """A stage that wants more workers than its resource kind's capacity holds (`Decision.binding`).
+
+    `wanted` is the most workers the stage's plan has without the capacity (within the knobs' min and
+    max), `held` the most it has within it; the delays are the extra delay C - T the planner now
+    expects of the active batches with the held pools (mean and max over batches, from the simulation;
+    None where the policy does not simulate), against the knobs' D (`delay_s`).
+    """
+
+    queue: str
+    resource: str
+    wanted: int
+    held: int
+    delay_mean_s: float | None
+    delay_max_s: float | None
+    delay_s: float
+
+    @property
+    def short(self) -> int:
+        """The workers the capacity lacks."""
+        return self.wanted - self.held
+
+
+@dataclass(frozen=True)
 class Decision:
     """Workers per stage queue (clamped to the knobs), the new EBF key T per active batch, and why.
 
     `dedicated` is set only by `zq-dedicated`: task -> queue -> workers of that task's own pools
     (`workers` is then their sum). `need` is what this decision alone found (estimating policies only):
-    the caller keeps the latest few and passes them back as `Snapshot.recent`.
+    the caller keeps the latest few and passes them back as `Snapshot.recent`. `binding` names the stages
+    the capacity (`Snapshot.capacity`) holds below what they want; empty when it binds nowhere.
     """
 
     workers: Mapping[str, int]
@@ -154,3 +183,4 @@ class Decision:
     reason: str
     dedicated: Mapping[str, Mapping[str, int]] | None = None
     need: Need | None = None
+    binding: tuple[Binding, ...] = ()

@@ -30,7 +30,11 @@ def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> li
         idle = max(int(w.workers[k]) - r - starting, 0)
         extra = n_workers - r
         now_ready = min(idle, extra)
-        out = busy.tolist() + [w.now] * now_ready + [w.now + w.startup_s] * (extra - now_ready)
+        later = extra - now_ready
+        # beyond the stage's placeable pool (an autoscaler's capacity) a worker waits for a new node first
+        fast = later if w.placeable is None else min(later, max(int(w.placeable[k]) - r - now_ready, 0))
+        out = (busy.tolist() + [w.now] * now_ready + [w.now + w.startup_s] * fast
+               + [w.now + w.node_startup_s + w.startup_s] * (later - fast))
     heapq.heapify(out)
     return out
 

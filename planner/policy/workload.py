@@ -34,6 +34,10 @@ class Workload:
     workers: np.ndarray  # (M,) workers that exist now (idle, busy or starting)
     starting: np.ndarray  # (M,) of those, not ready yet
     startup_s: float = 0.0
+    # With an autoscaler (`planner.policy.capacity`): per stage, the pool size up to which a new worker is
+    # ready `startup_s` after now; one beyond waits for a new node first, `node_startup_s` more. None: no such limit.
+    placeable: np.ndarray | None = None
+    node_startup_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name, dtype, ndim in (
@@ -42,11 +46,15 @@ class Workload:
             ("workers", np.int64, 1), ("starting", np.int64, 1),
         ):
             object.__setattr__(self, name, _ro(getattr(self, name), dtype, ndim))
+        if self.placeable is not None:
+            object.__setattr__(self, "placeable", _ro(self.placeable, np.int64, 1))
         n, m = self.times.shape
         if not (len(self.arrival) == len(self.running) == len(self.batch) == n):
             raise ValueError("arrival, times, running and batch must describe the same requests")
         if not (len(self.timeouts) == len(self.workers) == len(self.starting) == m):
             raise ValueError("timeouts, workers and starting need one value per stage")
+        if self.placeable is not None and len(self.placeable) != m:
+            raise ValueError("placeable needs one value per stage")
         if len(self.keys) != len(self.deadlines):
             raise ValueError("keys and deadlines need one value per batch")
         if n and (self.batch.min() < 0 or self.batch.max() >= len(self.keys)):

@@ -13,6 +13,13 @@ so after a `kill -9` a new daemon reconciles the backend and carries on with the
 Its wake-ups are `planner.runtime.epochs`; what it reads per pipeline and takes from a decision,
 `planner.runtime.view`; the pool changes, `planner.runtime.pools`.
 
+Every epoch it also reads the backend's capacity (the workers of each resource kind the cluster can run,
+now and at most) and shares it among the pipelines (`planner.runtime.share`): each snapshot carries its
+share, the policy plans within it, and the pools it asks for never exceed the share's most (an
+autoscaler's maximum; on a fixed-size cluster what is there). Where the capacity binds, the decision
+says which stage wants how many more and the delay now expected (`Decision.binding`): the record and
+the heartbeat carry it to `farm status` and the metrics.
+
 The first batch of a task has no history to estimate its requests from. It borrows the other tasks'
 history of its pipeline (the live view puts it in the snapshot, the policy pools it). A batch whose
 pipeline has no history at all is *cold*; the documented safe default is then the policy's own
@@ -31,16 +38,19 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from farm.knobs import Knobs
 from farm.store.decisions import DecisionRecord
+from planner.policy.capacity import UNBOUNDED, Capacity, fit
 from planner.policy.decide import RECENT_NEEDS
 from planner.policy.snapshot import Snapshot
 from planner.runtime.epochs import Wakeup
 from planner.runtime.pools import Changes, PoolWorker, clamp, plan
-from planner.runtime.view import LiveView, PipelineView, cold_floor, decision_estimates, decision_workers
+from planner.runtime.share import shares
+from planner.runtime.view import (LiveView, PipelineView, capacity_report, cold_floor, decision_binding,
+                                  decision_estimates, decision_workers)
 
 log = logging.getLogger("farm.planner")
 
@@ -55,6 +65,8 @@ class Backend(Protocol):
     def retire(self, names: Iterable[str]) -> Sequence[Any]: ...
 
     def reconcile(self) -> Sequence[Any]: ...
+
+    def capacity(self) -> Capacity: ...
 
 
 DecideFn = Callable[[Any, Knobs, random.Random], Any]
@@ -104,6 +116,7 @@ class Daemon:
         self._recorded: dict[str, dict[str, int]] = {}  # per pipeline, the pools of its last recorded decision
         self._needs: dict[str, deque] = {}  # per pipeline, the policy's latest needs (`Snapshot.recent`)
         self.workers: list[Any] = []  # what the backend listed at the last epoch (`farm status` shows it)
+        self.capacity: Capacity = UNBOUNDED  # what the backend last said it can run (`farm status` shows it)
 
     def start(self) -> Any:
         """Adopt what runs (no orphans, no duplicates) before the first decision."""
@@ -115,11 +128,14 @@ class Daemon:
         now = self.clock()
         workers = list(self.backend.list())
         self.workers = workers
+        capacity = self._read_capacity()
         views = self.view.read(now, knobs, workers)
+        share = self._share(views, workers, capacity)
         records = []
         for view in views:
             try:
-                records.append(self._decide_pipeline(view, knobs, workers, now, reason))
+                records.append(self._decide_pipeline(view, knobs, workers, now, reason,
+                                                     share.get(view.pipeline, UNBOUNDED)))
             except Exception:  # one pipeline's failure must not starve the others
                 log.exception("decision for pipeline %s failed", view.pipeline)
         self.decisions += 1
@@ -130,11 +146,45 @@ class Daemon:
                 log.warning("after-epoch hook failed", exc_info=True)
         return records
 
-    def _decide_pipeline(self, view: PipelineView, knobs: Knobs, workers: list[Any], now: float, reason: str):
+    def _read_capacity(self) -> Capacity:
+        try:
+            self.capacity = self.backend.capacity()
+        except Exception:
+            # the backend could not say (a cluster away): keep what it last said, the worst case for a spawn
+            # being that nothing was freed since (unbounded only if it never said, and the knobs still apply)
+            log.warning("could not read the backend's capacity; planning with the last one", exc_info=True)
+        return self.capacity
+
+    def _share(self, views: Sequence[PipelineView], workers: Sequence[Any], capacity: Capacity) -> dict[str, Capacity]:
+        """Each pipeline's share of the capacity, by what it holds and what it last needed."""
+        if capacity.unbounded:
+            return {}
+        kind_of = {s.queue: s.resource for v in views if isinstance(v.snapshot, Snapshot) for s in v.snapshot.stages}
+        kinds = {v.pipeline: {kind_of[q] for q in v.stages if q in kind_of} for v in views}
+        held: dict[str, dict[str, int]] = {}
+        for w in workers:  # placed and not stopping: what the backend counts as this farm's in what is placeable
+            if w.stage in kind_of and w.alive and getattr(w.state, "value", w.state) != "pending":
+                mine = held.setdefault(w.stage.partition(".")[0], {})
+                mine[kind_of[w.stage]] = mine.get(kind_of[w.stage], 0) + 1
+        wants: dict[str, dict[str, int] | None] = {}
+        for v in views:
+            needs = self._needs.get(v.pipeline)
+            if needs:
+                want: dict[str, int] = {}
+                for q, n in needs[-1].workers.items():
+                    if q in kind_of:
+                        want[kind_of[q]] = want.get(kind_of[q], 0) + int(n)
+                wants[v.pipeline] = want
+            else:
+                wants[v.pipeline] = None
+        return shares(capacity, kinds, held, wants)
+
+    def _decide_pipeline(self, view: PipelineView, knobs: Knobs, workers: list[Any], now: float, reason: str,
+                         capacity: Capacity = UNBOUNDED):
         needs = self._needs.setdefault(view.pipeline, deque(maxlen=RECENT_NEEDS))
         snapshot = view.snapshot
         if isinstance(snapshot, Snapshot):  # the policy steadies its need against its own latest ones
-            snapshot = replace(snapshot, recent=tuple(needs))
+            snapshot = replace(snapshot, recent=tuple(needs), capacity=capacity)
         started = time.perf_counter()
         decision = self.decide(snapshot, knobs, self.rng)
         runtime = time.perf_counter() - started
@@ -146,6 +196,11 @@ class Daemon:
         target = {q: max(n, floor.get(q, 0)) for q, n in target.items()}
         bounds = {q: (knobs.stage(q).min_workers, knobs.stage(q).max_workers) for q in view.stages}
         target = clamp(target, bounds)
+        if isinstance(snapshot, Snapshot) and not capacity.unbounded:
+            # never more than the share's most (the cold floor and the knobs' minimum included): beyond it a worker would pend for ever
+            queues = [s.queue for s in snapshot.stages if s.queue in target]
+            kinds = [s.resource for s in snapshot.stages if s.queue in target]
+            target = {**target, **dict(zip(queues, fit([target[q] for q in queues], kinds, capacity.most)))}
         changes = plan(_pool([w for w in workers if w.stage in target], view.busy), target)
         self._apply(changes)
         estimates = decision_estimates(decision)
@@ -173,6 +228,9 @@ class Daemon:
                 "delay_s": knobs.delay_s,
                 # the start-up the policy planned with (the live replay's prediction plans with the same)
                 "startup_s": getattr(view.snapshot, "startup_s", None),
+                # this pipeline's share of the cluster, and the stages it holds below their want (farm status)
+                "capacity": {k: asdict(c) for k, c in capacity_report(capacity).items()},
+                "binding": {q: asdict(b) for q, b in decision_binding(decision).items()},
             },
         )
         # an idle farm ticks every second: a tick with no batch that leaves the pools as recorded says nothing new

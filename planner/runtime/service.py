@@ -18,7 +18,7 @@ from farm.config import Settings, redis_url
 from farm.knobs import Knobs, redis_key
 from farm.protocol import counters, heartbeat
 from farm.protocol.dispatch import Dispatch
-from farm.protocol.heartbeat import Heartbeat, Pool, Startup
+from farm.protocol.heartbeat import Bound, Heartbeat, Pool, Startup
 from farm.protocol.keys import Keys
 from farm.protocol.live_knobs import knobs_now
 from farm.store.decisions import DecisionRecord, save_decision
@@ -29,6 +29,7 @@ from planner.policy.decide import decide
 from planner.runtime.daemon import Daemon
 from planner.runtime.epochs import RedisEpochs
 from planner.runtime.live import LiveFarm
+from planner.runtime.view import capacity_report
 
 log = logging.getLogger("farm.planner")
 
@@ -63,6 +64,16 @@ def pool_report(workers: Sequence[Any]) -> dict[str, Pool]:
     return {stage: Pool(**pool) for stage, pool in counts.items()}
 
 
+def update_bound(bound: dict[str, Bound], records: Sequence[DecisionRecord]) -> None:
+    """The stages held below their want, as each pipeline's latest decision (`records`) says: a pipeline
+    decided again replaces all of its own."""
+    for r in records:
+        pipeline = r.details.get("pipeline")
+        for q in [q for q in bound if q.partition(".")[0] == pipeline]:
+            del bound[q]
+        bound.update({q: Bound(**b) for q, b in (r.details.get("binding") or {}).items()})
+
+
 def build(settings: Settings, *, backend: str | Any = "local", database_url: str | None = None,
           pipelines: Sequence[str] | None = None, startup_s: float | None = None, seed: int = 0,
           cold_workers: int = 0, backend_options: dict[str, Any] | None = None) -> Planner:
@@ -91,6 +102,7 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
                     startup_s=STARTUP_S.get(kind, 2.0) if startup_s is None else startup_s)
 
     targets: dict[str, int] = {}  # per stage queue, the pool its pipeline's last decision asked for
+    bound: dict[str, Bound] = {}  # per stage queue held below its want, by its pipeline's last decision
 
     def on_step(records: list[DecisionRecord]) -> None:
         tick = knobs().tick_s
@@ -99,10 +111,12 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
                     for q, st in view.startups(now).items()}  # `farm status` shows them
         if records:
             targets.update({q: int(n) for r in records for q, n in r.workers.items()})
+        update_bound(bound, records)
         heartbeat.beat(client, settings.namespace,
                        Heartbeat(pid=os.getpid(), at=now, backend=kind, decisions=len(records),
                                  startup_s=view.startup_s, startups=startups, pools=pool_report(daemon.workers),
-                                 targets=dict(targets)),
+                                 targets=dict(targets), capacity=capacity_report(daemon.capacity),
+                                 node_startup_s=daemon.capacity.node_startup_s, bound=dict(bound)),
                        ttl_s=max(3 * tick, 5.0))
         # every decision made, quiet ticks included: the metrics' planner_decision_seconds
         counters.observe_decisions(client, settings.namespace, [r.runtime_s for r in records])

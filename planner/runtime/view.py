@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from farm.knobs import Knobs
+from farm.protocol.heartbeat import Bound, KindCapacity
+from planner.policy.capacity import Capacity
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,17 @@ def decision_workers(decision: Any, stages: Sequence[str]) -> dict[str, int]:
 def decision_estimates(decision: Any) -> dict[str, float]:
     """Each batch's estimated completion time T, the finite ones (the EBF keys to write)."""
     return {str(b): float(t) for b, t in decision.estimates.items() if t is not None and math.isfinite(t)}
+
+
+def decision_binding(decision: Any) -> dict[str, Bound]:
+    """The stages the capacity holds below their want (`planner.policy.snapshot.Decision.binding`), by queue."""
+    return {b.queue: Bound(b.resource, int(b.wanted), int(b.held), b.delay_mean_s, b.delay_max_s, float(b.delay_s))
+            for b in getattr(decision, "binding", ()) or ()}
+
+
+def capacity_report(capacity: Capacity) -> dict[str, KindCapacity]:
+    """Per bounded kind, what is placeable now and at most (an unbounded kind is absent)."""
+    return {kind: KindCapacity(capacity.placeable.get(kind, 0), most) for kind, most in sorted(capacity.most.items())}
 
 
 def cold_floor(view: PipelineView, knobs: Knobs, cold_workers: int) -> dict[str, int]:

@@ -99,3 +99,25 @@ def test_status_shows_a_silent_batch_against_abandon_after_and_each_tenants_use(
     assert report["tenants"]["-"]["batches"] == 1
     shown = _status(settings).output
     assert "SILENT" in shown and "use per tenant" in shown
+
+
+def test_status_says_which_stage_wants_more_than_the_cluster_holds(settings):
+    import redis
+
+    from farm.protocol import heartbeat
+
+    bound = {"synthetic.execute": heartbeat.Bound("gpu", wanted=12, held=2, delay_mean_s=45.0, delay_max_s=61.0,
+                                                  delay_s=30.0)}
+    client = redis.Redis.from_url(settings.redis_url)
+    heartbeat.beat(client, settings.namespace,
+                   heartbeat.Heartbeat(pid=1, at=time.time(), backend="ray",
+                                       capacity={"gpu": heartbeat.KindCapacity(2, 2)}, bound=bound), 30)
+    client.close()
+
+    table = " ".join(_status(settings).output.split())
+    report = json.loads(_status(settings, "--json").output)
+
+    assert "capacity (workers placeable now): gpu 2" in table
+    assert "synthetic.execute: wants 12 gpu workers, the cluster holds 2 (10 short)" in table
+    assert "against D = 30 s" in table
+    assert report["stages"]["synthetic.execute"]["bound"]["short"] == 10

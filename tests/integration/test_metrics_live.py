@@ -87,6 +87,29 @@ def test_the_planners_pools_and_targets_come_from_its_heartbeat(settings, scrape
     assert scrape("farm_planner_startup_seconds") == 1.5
 
 
+def test_the_capacity_and_the_stage_it_binds_come_from_the_planners_heartbeat(settings, scrape):
+    from farm.protocol import heartbeat
+
+    execute = "synthetic.execute"
+    client = redis_lib.Redis.from_url(settings.redis_url)
+    beat = heartbeat.Heartbeat(pid=1, at=time.time(), backend="ray", targets={COMPILE: 3, execute: 2},
+                               capacity={"gpu": heartbeat.KindCapacity(placeable=2, most=4)}, node_startup_s=90.0,
+                               bound={execute: heartbeat.Bound("gpu", wanted=12, held=4, delay_mean_s=20.0,
+                                                               delay_max_s=45.0, delay_s=30.0)})
+    heartbeat.beat(client, settings.namespace, beat, ttl_s=10.0)
+    client.close()
+
+    assert scrape("farm_capacity_workers", {"resource": "gpu", "scope": "placeable"}) == 2
+    assert scrape("farm_capacity_workers", {"resource": "gpu", "scope": "most"}) == 4
+    assert scrape("farm_capacity_node_startup_seconds") == 90.0
+    gpu = {"pipeline": "synthetic", "stage": "execute", "resource": "gpu"}
+    assert scrape("farm_stage_capacity_short_workers", gpu) == 8
+    assert scrape("farm_stage_capacity_wanted_workers", gpu) == 12
+    assert scrape("farm_stage_capacity_expected_delay_seconds", {"pipeline": "synthetic", "stage": "execute"}) == 45.0
+    assert scrape("farm_stage_capacity_short_workers", {"pipeline": "synthetic", "stage": "compile",
+                                                        "resource": "cpu"}) == 0
+
+
 def test_a_redis_that_is_gone_is_reported_down_and_the_scrape_still_answers(settings):
     from tests.support.redis_server import free_port
 

@@ -131,7 +131,7 @@ def test_every_dashboard_query_and_alert_rule_is_valid_promql_for_the_farms_metr
     rules = prometheus.api("rules")["groups"]
     alerts = [r for g in rules for r in g["rules"] if r["type"] == "alerting"]
     assert {a["name"] for a in alerts} >= {"FarmExtraDelayOverD", "FarmRecorderLagging", "FarmWorkersPending",
-                                           "FarmInfraErrors", "FarmHistoryLost"}
+                                           "FarmInfraErrors", "FarmHistoryLost", "FarmCapacityBinds"}
     assert all(a["health"] == "ok" for a in alerts), alerts  # each evaluated without error
     assert not [a for a in alerts if a["state"] == "firing"], "a healthy farm fires no alert"
 
@@ -141,4 +141,13 @@ def test_the_alert_rules_pass_promtool():
         (pytest.fail if os.environ.get(REQUIRE_ENV) == "1" else pytest.skip)("promtool is not installed (Debian's "
                                                                              "prometheus package)")
     done = subprocess.run(["promtool", "check", "rules", str(MONITORING / "alerts.yml")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_alert_rules_pass_their_promtool_unit_tests():
+    if shutil.which("promtool") is None:
+        (pytest.fail if os.environ.get(REQUIRE_ENV) == "1" else pytest.skip)("promtool is not installed (Debian's "
+                                                                             "prometheus package)")
+    done = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=MONITORING, capture_output=True,
+                          text=True)
     assert done.returncode == 0, done.stdout + done.stderr

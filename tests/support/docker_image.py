@@ -78,6 +78,8 @@ def backend_options(client) -> dict[str, Any]:
         "network": "host",  # the test engine runs with --bridge=none: the host's Redis at 127.0.0.1
         "volumes": host_mounts(),
         "command": default_command(),
-        "env": {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "PYTHONDONTWRITEBYTECODE": "1"},
+        # PYTHONPATH: the checkout under test, also where the installed package points at another (a worktree)
+        "env": {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONPATH": str(ROOT)},
         "client": client,
     }

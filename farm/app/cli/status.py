@@ -1,6 +1,8 @@
 """`farm status`: per stage queued / running / workers (starting, pending, per node) and the start-up its
 workers take, per active batch progress n/B, estimated T and how long its trainer has been silent (against
-abandon_after_s), per tenant its use now. Start-ups come from the planner daemon's heartbeat (it reads them from the
+abandon_after_s), per tenant its use now; the cluster's capacity per resource kind and each stage it holds
+below what it wants (by how much, and the extra delay the planner now expects against D). Start-ups come from
+the planner daemon's heartbeat (it reads them from the
 worker lives in the store): with no daemon running there is none to show. Below: what waits for the
 recorder in the history stream, loudly when its cap drops history."""
 
@@ -40,8 +42,9 @@ def status_report(live, knobs, planner: Heartbeat | None = None, history: dict |
     rows = batch_rows(live, knobs)  # late ones first, with the silence of their trainers
     startups = planner.startups if planner else {}
     pools = planner.pools if planner else {}
+    bound = planner.bound if planner else {}
     stages = {}
-    for q in sorted(set(live.stages) | set(pools)):
+    for q in sorted(set(live.stages) | set(pools) | set(bound)):
         st = live.stages.get(q)
         pool = pools.get(q) or Pool()
         stages[q] = {
@@ -55,6 +58,8 @@ def status_report(live, knobs, planner: Heartbeat | None = None, history: dict |
             "nodes": dict(pool.nodes),  # node -> the pool's workers there (backends that span machines)
             # seconds from placement to ready of the daemon's backend's recent workers (None: too few seen)
             "startup": asdict(startups[q]) if q in startups else None,
+            # held below its want by the cluster's capacity (None: not bound), as its last decision says
+            "bound": {**asdict(bound[q]), "short": bound[q].short} if q in bound else None,
         }
     return {
         "now": live.now,
@@ -63,6 +68,9 @@ def status_report(live, knobs, planner: Heartbeat | None = None, history: dict |
         "scheduler": live.scheduler,
         "delay_s": knobs.delay_s,
         "policy": knobs.policy,
+        # per resource kind the workers the backend can run now and at most (an unbounded kind is absent)
+        "capacity": {k: asdict(c) for k, c in planner.capacity.items()} if planner else {},
+        "node_startup_s": planner.node_startup_s if planner else 0.0,
         "stages": stages,
         "abandon_after_s": knobs.abandon_after(),
         "batches": rows,
@@ -125,6 +133,7 @@ def status(settings, as_json):
     if pending:
         console.print("pending (waiting for a machine with room; not allocated): "
                       + ", ".join(f"{q} {n}" for q, n in pending.items()))
+    _print_capacity(console, report)
     _print_batches(console, report)
     _print_history(console, report["history"], report["now"])
 
@@ -149,6 +158,31 @@ def _print_batches(console: Console, report: dict) -> None:
         for name, use in report["tenants"].items():
             tenants.add_row(name, *(str(use[k]) for k in ("batches", "outstanding", "queued", "running", "silent")))
         console.print(tenants)
+
+
+def capacity_lines(report: dict) -> list[str]:
+    """The capacity per kind, then each stage it binds: the workers wanted and held, and the delay expected vs D."""
+    lines = []
+    if report["capacity"]:
+        kinds = [f"{k} {c['placeable']}" + (f" (at most {c['most']})" if c["most"] != c["placeable"] else "")
+                 for k, c in sorted(report["capacity"].items())]
+        node = f"; a new node in {report['node_startup_s']:.0f} s" if report["node_startup_s"] else ""
+        lines.append(f"capacity (workers placeable now): {', '.join(kinds)}{node}")
+    for q, st in report["stages"].items():
+        b = st["bound"]
+        if not b:
+            continue
+        delay = ("" if b["delay_max_s"] is None else
+                 f"; expected extra delay {b['delay_mean_s']:.1f} s (max {b['delay_max_s']:.1f} s) against D = "
+                 f"{b['delay_s']:g} s" + (" [bold red]OVER D[/]" if b["delay_max_s"] > b["delay_s"] else ""))
+        lines.append(f"[bold yellow]capacity binds[/] {q}: wants {b['wanted']} {b['resource']} workers, the cluster "
+                     f"holds {b['held']} ({b['short']} short){delay}")
+    return lines
+
+
+def _print_capacity(console: Console, report: dict) -> None:
+    for line in capacity_lines(report):
+        console.print(line)
 
 
 def _print_history(console: Console, h: dict, now: float) -> None:

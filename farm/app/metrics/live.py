@@ -108,6 +108,37 @@ class LiveCollector(Collector):
         startup = _gauge("farm_planner_startup_seconds", "The worker start-up the planner plans with.")
         startup.add_metric([], float(beat.startup_s or 0.0))
         yield startup
+        yield from self._capacity(beat)
+
+    def _capacity(self, beat: Any) -> Iterator[Any]:
+        """The cluster's capacity as the planner's backend reports it, and the stages it holds below their want."""
+        capacity = _gauge("farm_capacity_workers", "Workers of a resource kind the planner's backend can run "
+                          "(scope placeable: with the nodes there now; most: once an autoscaler added all it may). "
+                          "An unbounded kind has none.", ["resource", "scope"])
+        for kind, c in sorted(beat.capacity.items()):
+            capacity.add_metric([kind, "placeable"], c.placeable)
+            capacity.add_metric([kind, "most"], c.most)
+        yield capacity
+        node = _gauge("farm_capacity_node_startup_seconds", "How long a node the autoscaler adds takes, as the "
+                      "planner plans with it (0: no node expected).")
+        node.add_metric([], float(beat.node_startup_s or 0.0))
+        yield node
+        short = _gauge("farm_stage_capacity_short_workers", "Workers a stage's plan wants beyond what the cluster's "
+                       "capacity holds for it (0: not bound).", ["pipeline", "stage", "resource"])
+        wanted = _gauge("farm_stage_capacity_wanted_workers", "Workers a capacity-bound stage's plan wants.",
+                        ["pipeline", "stage", "resource"])
+        delay = _gauge("farm_stage_capacity_expected_delay_seconds", "The extra delay C - T the planner expects of a "
+                       "capacity-bound stage's pipeline's active batches (worst batch), to compare with D.",
+                       ["pipeline", "stage"])
+        for q in sorted(set(beat.pools) | set(beat.targets) | set(beat.bound)):
+            pipeline, stage = split_queue(q)
+            b = beat.bound.get(q)
+            short.add_metric([pipeline, stage, b.resource if b else resource_of(q)], b.short if b else 0)
+            if b is not None:
+                wanted.add_metric([pipeline, stage, b.resource], b.wanted)
+                if b.delay_max_s is not None:
+                    delay.add_metric([pipeline, stage], b.delay_max_s)
+        yield from (short, wanted, delay)
 
     def _batches(self) -> Iterator[Any]:
         active = _gauge("farm_task_active_batches", "Batches of a task not yet completed or cancelled.",

@@ -9,11 +9,18 @@ and the farm's settings as environment. A retired container is stopped with the 
 a grace as its stop timeout, so the engine itself escalates to SIGKILL only then, even if the daemon
 dies meanwhile; which containers are stopping is kept in Redis (`<namespace>:docker:stopping`).
 Exited containers are kept until observed, so the end of a life is measured, then removed.
+
+Capacity: GPU workers that hold a GPU are as many as the GPUs it hands out (`gpu_ids`), else as the
+NVIDIA devices this process sees (/dev/nvidia0...: the engine's host, where the daemon runs beside it;
+in a container without them, none is seen and the GPU kind is unbounded unless FARM_MAX_GPUS says it).
+Cores bound nothing by default (a container's `cpus` is a ceiling, not a reservation); FARM_MAX_CPUS
+does, read with each kind's `cpus` (one core where a kind has none).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import logging
 import math
 import os
@@ -25,10 +32,13 @@ from typing import Any, Callable, Mapping, Sequence
 import docker.errors
 
 from farm.config import Settings
+from farm.pipeline import RESOURCES
 from planner.backends import BackendError, Worker, WorkerState, common
+from planner.backends.capacity import CPU, GPU, limited, limits_from_env
 from planner.backends.lifecycle import Observed, Retirements, state_of
 from planner.backends.docker.spec import (DEFAULT_LIMITS, LABEL, SYSTEM_PATHS_UNCONFINED, Limits, container_spec,
                                           engine_time, host_config, options_from_env)
+from planner.policy.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +47,11 @@ DEFAULT_GPU_IMAGE = "reward-farm-worker-cuda:latest"
 _ALIVE = ("created", "running", "restarting", "paused")
 _PARALLEL_STARTS = 8  # containers created and started at once by one spawn
 _UNSTARTED_GRACE_S = 30.0  # a container created but never started this long ago: its daemon died mid-spawn
+
+
+def host_gpus() -> int:
+    """The NVIDIA GPUs this process sees (/dev/nvidia0, /dev/nvidia1, ...)."""
+    return len(glob.glob("/dev/nvidia[0-9]*"))
 
 
 class DockerBackend(Observed):
@@ -63,6 +78,8 @@ class DockerBackend(Observed):
         resource_for: Callable[[str], str] | None = None,
         client: Any = None,
         environ: Mapping[str, str] | None = None,
+        max_resources: Mapping[str, float] | None = None,
+        gpus_seen: Callable[[], int] = host_gpus,
     ) -> None:
         """`image` for CPU and I/O stages, `gpu_image` for GPU stages, `images` by pipeline or stage queue
         over both (the cuda pipeline compiles with nvcc, so its CPU stage wants the CUDA image too);
@@ -73,8 +90,12 @@ class DockerBackend(Observed):
         `cap_add`/`security_opt`: the worker's sandbox (workers/sandbox/) runs bubblewrap, which makes user, mount
         and PID namespaces, pivots into a new root and mounts a /proc there (the engine's default seccomp profile
         refuses pivot_root, and its masked /proc paths make the kernel refuse a new /proc in a user namespace),
-        and gives each run a cgroup (the worker remounts its container's cgroup subtree writable)."""
-        from_env = options_from_env(os.environ if environ is None else environ)
+        and gives each run a cgroup (the worker remounts its container's cgroup subtree writable).
+        `max_resources` ({"GPU": 2, "CPU": 8}, default FARM_MAX_GPUS / FARM_MAX_CPUS) bounds its capacity;
+        `gpus_seen` counts the host's GPUs (the NVIDIA devices here)."""
+        source = os.environ if environ is None else environ
+        from_env = options_from_env(source)
+        limits_here = dict(max_resources if max_resources is not None else limits_from_env(source))
         super().__init__(settings, grace_s=grace_s, timeout_for=timeout_for)
         self.image = image or from_env.get("image", DEFAULT_IMAGE)
         self.gpu_image = gpu_image or from_env.get("gpu_image", DEFAULT_GPU_IMAGE)
@@ -89,6 +110,8 @@ class DockerBackend(Observed):
         self.cap_add, self.security_opt = list(cap_add), list(security_opt)
         self.init = init
         self.resource_for = resource_for or common.registry_resource
+        self.max_resources = limits_here
+        self._gpus_seen = gpus_seen
         if client is None:
             try:
                 client = docker.from_env()
@@ -126,6 +149,16 @@ class DockerBackend(Observed):
         if errors:
             raise errors[0]
         return [by_name[x] for x in names if x in by_name]
+
+    def capacity(self) -> Capacity:
+        """Per kind, what the limits allow: FARM_MAX_* and the GPUs there are to hand out."""
+        sizes = {kind: {CPU: lim.cpus or 1.0, GPU: float(lim.gpus)} for kind, lim in self.limits.items()
+                 if kind in RESOURCES}
+        limits = dict(self.max_resources)
+        gpus = len(self.gpu_ids) if self.gpu_ids is not None else self._gpus_seen()
+        if self.gpu_ids is not None or gpus:  # none seen and none given: no limit this process can see
+            limits[GPU] = min(limits.get(GPU, gpus), gpus)
+        return limited(sizes, limits)
 
     def close(self) -> None:
         self._redis.close()

@@ -4,7 +4,8 @@ The `FakeWorld` plays the machine: it outlives a backend (a new `FakeBackend` on
 restarted daemon and re-adopts), keeps time with an injectable clock, and lets a test say which workers
 are busy. A worker is `starting` for `ready_after_s`, then `running`; a retired worker that is busy stays
 `stopping` until the test frees it (warm shutdown) or its stage timeout plus grace passes (killed); an
-idle one is gone at the next observation. Worker-life events are kept in `world.events`, decoded.
+idle one is gone at the next observation. Worker-life events are kept in `world.events`, decoded. Its
+capacity is the world's (`world.capacity`, set by a test), else what `max_resources` allow local workers.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from farm import events
 from farm.config import Settings
 from planner.backends import Backend, Worker, common
+from planner.backends.capacity import LOCAL_SIZES, limited
 from planner.backends.lifecycle import asked, now_stopping, state_of
+from planner.policy.capacity import Capacity
 
 
 @dataclass
@@ -39,6 +42,7 @@ class FakeWorld:
         self.processes: dict[str, FakeProcess] = {}
         self.events: list[dict[str, Any]] = []
         self.lock = threading.RLock()
+        self.capacity: Capacity | None = None  # what every backend on this world reports (None: its limits)
 
     def set_busy(self, name: str, busy: bool = True) -> None:
         """A busy worker holds a request; freeing a stopping one lets it leave (its request done)."""
@@ -67,9 +71,11 @@ class FakeBackend(Backend):
         world: FakeWorld | None = None,
         grace_s: float = common.DEFAULT_GRACE_S,
         timeout_for: Callable[[str], float] | None = None,
+        max_resources: Mapping[str, float] | None = None,
     ) -> None:
         self.namespace = common.check_namespace(settings.namespace if settings else "farm")
         self.world = world or FakeWorld()
+        self.max_resources = dict(max_resources or {})  # {"GPU": n, "CPU": n}, read as the local backend does
         self.grace_s = float(grace_s)
         self.timeout_for = common.timeout_lookup(timeout_for)
 
@@ -104,6 +110,10 @@ class FakeBackend(Backend):
             # retiring does not reap: like the real backends, the worker is seen stopping first
             workers = {p.name: self._worker(p, now) for p in self._mine()}
         return now_stopping(wanted, workers)
+
+    def capacity(self) -> Capacity:
+        with self.world.lock:
+            return self.world.capacity or limited(LOCAL_SIZES, self.max_resources)
 
     def reconcile(self) -> list[Worker]:
         with self.world.lock:

@@ -19,6 +19,11 @@ every TERM_REPEAT_S while the worker is not ready, and kills its process group S
 the first one if it never became ready: a worker that never announced itself ready never took a
 request, so it holds nothing. A ready worker keeps the warm shutdown: it is killed only after its
 stage's timeout plus the grace.
+
+Capacity: none by default. Its workers are processes that hold no device (a GPU stage's worker sees
+every GPU of the host) and share the host's cores by design (they wait on programs and judges more than
+they compute), so only the operator's FARM_MAX_GPUS / FARM_MAX_CPUS bound them, read with one core per
+CPU worker, one GPU per GPU worker and a quarter of a core per I/O worker (planner.backends.capacity).
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ from farm.processes import (TETHER_ENV, find_by_cmdline, group_members, nice_ses
                             python, worker_nice)
 from farm.worker_records import Records
 from planner.backends import BackendError, Worker, common
+from planner.backends.capacity import LOCAL_SIZES, limited, limits_from_env
 from planner.backends.lifecycle import Observed, state_of
 from planner.backends.local.launcher import Launcher, LauncherError
+from planner.policy.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,7 @@ class LocalBackend(Observed):
         events: bool | None = None,
         startup_delay_s: float = 0.0,
         tether: bool | None = None,
+        max_resources: Mapping[str, float] | None = None,
     ) -> None:
         """`command` replaces `farm worker` (the backend appends `--stage S --name N`); `env` adds to the
         environment the workers inherit; `timeout_for(stage)` is the live stage timeout (the knobs');
@@ -87,11 +95,13 @@ class LocalBackend(Observed):
         have: FARM_WORKER_STARTUP_DELAY_S, workers.process.startup_delay); `tether` (default: FARM_WORKER_TETHER=1)
         has every worker end with the process that started it (this one, or its launcher, which ends with
         this one): a `kill -9` of `farm up` then takes its workers along, where a daemon's workers otherwise
-        outlive it to be adopted by the next (Linux; elsewhere the next `farm up` ends what is left)."""
+        outlive it to be adopted by the next (Linux; elsewhere the next `farm up` ends what is left);
+        `max_resources` ({"GPU": 2, "CPU": 8}, default FARM_MAX_GPUS / FARM_MAX_CPUS) bounds its capacity."""
         super().__init__(settings, grace_s=grace_s, timeout_for=timeout_for)
         self.command = list(command) if command else default_command()
         self.extra_env = {**(env or {}), **common.startup_delay(startup_delay_s)}
         self.nice = worker_nice(nice)
+        self.max_resources = dict(max_resources if max_resources is not None else limits_from_env(os.environ))
         if events is None:
             events = os.environ.get("FARM_WORKER_EVENTS", "1").strip() not in ("0", "")
         self.events = bool(events)
@@ -119,6 +129,9 @@ class LocalBackend(Observed):
                     self._start(name, stage)
             by_name = self._observed()
         return [by_name[name] for name in names if name in by_name]
+
+    def capacity(self) -> Capacity:
+        return limited(LOCAL_SIZES, self.max_resources)
 
     def reconcile(self) -> list[Worker]:
         if self._launcher is not None:

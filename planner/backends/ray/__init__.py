@@ -20,6 +20,10 @@ GPU stages land on GPU nodes.
 - Every Ray call goes through one driver process (planner.backends.ray.bridge): a Ray driver exits when
   it loses the cluster, and the daemon must not; it logs, keeps serving and tries again.
 
+- Capacity (planner.backends.ray.capacity): the nodes' resources in workers of each kind, by the kinds'
+  resources here; the autoscaler's maximum where its config is visible, else FARM_MAX_GPUS / FARM_MAX_CPUS;
+  and how long workers waited for a node the autoscaler added (FARM_NODE_STARTUP_S until one did).
+
 Workers on other nodes reach the farm's Redis and history store with the URLs in the farm's settings,
 so those must name addresses the nodes can reach (docs/ray.md says what the network must allow).
 """
@@ -34,11 +38,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from farm.config import Settings
+from farm.pipeline import RESOURCES
 from farm.protocol.keys import Keys
 from planner.backends import Worker, WorkerState, common
+from planner.backends.capacity import DEFAULT_NODE_STARTUP_S, limits_from_env, node_startup_from_env
 from planner.backends.lifecycle import Observed, Retirements, state_of
 from planner.backends.ray.bridge import Bridge
-from planner.backends.ray.spec import Resources, options_from_env, ray_namespace, resources_for
+from planner.backends.ray.capacity import ClusterResources, NodeStartups, cluster_capacity, size_of
+from planner.backends.ray.spec import DEFAULT_RESOURCES, Resources, options_from_env, ray_namespace, resources_for
+from planner.policy.capacity import Capacity
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +71,19 @@ class RayBackend(Observed):
         resource_for: Callable[[str], str] | None = None,
         startup_delay_s: float = 0.0,
         environ: Mapping[str, str] | None = None,
+        max_resources: Mapping[str, float] | None = None,
     ) -> None:
         """`address`: the cluster ("HOST:PORT", "ray://HOST:PORT", "auto"; default FARM_RAY_ADDRESS, else
         RAY_ADDRESS, else "local": a cluster running on this machine, else a head of our own that ends with
         this backend); `resources` by stage queue, pipeline or resource kind (over the defaults);
         `runtime_env` Ray's, for every worker actor; `command` replaces `farm worker` on the nodes; `env`
-        adds to the farm's settings; `startup_delay_s` an artificial cold start (as the local backend's)."""
+        adds to the farm's settings; `startup_delay_s` an artificial cold start (as the local backend's);
+        `max_resources` ({"GPU": 8, "CPU": 64}, default FARM_MAX_GPUS / FARM_MAX_CPUS) the most the cluster
+        holds for the farm, where the autoscaler's maximum is not visible or is to be bounded."""
         source = os.environ if environ is None else environ
         from_env = options_from_env(source)
+        limits = dict(max_resources if max_resources is not None else limits_from_env(source))
+        startup = node_startup_from_env(source)
         super().__init__(settings, grace_s=grace_s, timeout_for=timeout_for)
         self.address = address or from_env.get("address") or source.get("RAY_ADDRESS", "").strip() or "local"
         self.resources = {**from_env.get("resources", {}), **(resources or {})}
@@ -82,6 +95,9 @@ class RayBackend(Observed):
         self._lives_key = Keys(self.namespace).ray_lives
         self._retirements = Retirements(self._redis, self.namespace, self.kind)
         self._nodes: dict[str, str] = {}  # node id -> "ip/short id"
+        self.max_resources = limits
+        self._node_startups = NodeStartups(DEFAULT_NODE_STARTUP_S if startup is None else startup)
+        self._joined: dict[str, float | None] = {}  # node id -> when it was first seen joining (None: there at start)
         log_path = Path(os.path.expanduser(settings.data_dir)) / "ray" / f"{self.namespace}-driver.log"
         self._bridge = Bridge(self.address, self.ray_namespace, log_path)
         try:
@@ -114,6 +130,23 @@ class RayBackend(Observed):
                 self._lives.spawned(name, stage, now, placed=False)
             by_name = self._observed()
         return [by_name[x] for x in names if x in by_name]
+
+    def capacity(self) -> Capacity:
+        """The cluster's room in workers per kind, counted with each kind's resources (planner.backends.ray.capacity)."""
+        with self._lock:
+            workers = list(self._observed().values())
+            cluster = ClusterResources.parse(self._bridge.call("resources"))
+            self._note_nodes(cluster.total)
+        held: dict[str, int] = {}
+        for w in workers:
+            if w.state in (WorkerState.STARTING, WorkerState.RUNNING):  # placed, not stopping
+                try:
+                    kind = self.resource_for(w.stage)
+                except Exception:  # a pipeline this daemon no longer loads: its workers hold what they hold
+                    continue
+                held[kind] = held.get(kind, 0) + 1
+        sizes = {kind: size_of(self.resources.get(kind) or DEFAULT_RESOURCES[kind]) for kind in RESOURCES}
+        return cluster_capacity(cluster, sizes, held, self.max_resources, self._node_startups.seconds)
 
     def close(self) -> None:
         self._bridge.close()
@@ -172,8 +205,16 @@ class RayBackend(Observed):
         return {k.decode(): json.loads(v) for k, v in self._redis.hgetall(self._lives_key).items()}
 
     def _refresh_nodes(self) -> None:
-        for node_id, node in self._bridge.call("nodes").items():
+        nodes = self._bridge.call("nodes")
+        for node_id, node in nodes.items():
             self._nodes[node_id] = f"{node['ip']}/{node_id[:8]}"
+        self._note_nodes(nodes)
+
+    def _note_nodes(self, node_ids) -> None:
+        """When each node joined, as first seen: the nodes of the first look were there before (None)."""
+        first, now = not self._joined, time.time()
+        for node_id in node_ids:
+            self._joined.setdefault(node_id, None if first else now)
 
     def _observe(self) -> list[Worker]:
         actors: dict[str, dict[str, Any]] = {}
@@ -204,6 +245,7 @@ class RayBackend(Observed):
                 record["placed_at"] = max(min(a["start"] or now, now), record["spawned_at"])
                 self._redis.hset(self._lives_key, name, json.dumps(record))
                 self._lives.placed(name, record["stage"], record["placed_at"])
+                self._node_startups.placed(record["spawned_at"], record["placed_at"], self._joined.get(a["node"]))
             mark = stopping.get(name)
             if mark is not None and a["state"] == "alive" and now >= mark["kill_at"] + self.grace_s:
                 log.warning("worker actor %s outlived its stop timeout; killing it", name)

@@ -5,6 +5,7 @@
 
     {"id": 7, "op": "actors", "prefix": P}          -> {"id": 7, "ok": [{name, state, node, start, end, death}]}
     {"id": 8, "op": "nodes"}                        -> {"id": 8, "ok": {node_id: {ip, host, alive}}}
+    {"id": 12, "op": "resources"}                   -> {"id": 12, "ok": {total, available, groups, max_resources}}
     {"id": 9, "op": "create", "name": N, "stage": S, "options": {...}, "args": {...}}
                                                     -> {"id": 9, "ok": "created" | "exists"}
     {"id": 10, "op": "retire", "name": N, "kill_after_s": 90.0, "starting": false} -> {"id": 10, "ok": true | false}
@@ -79,6 +80,23 @@ class Driver:
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["NodeID"]: {"ip": n.get("NodeManagerAddress", ""), "host": n.get("NodeManagerHostname", ""),
                               "alive": bool(n.get("Alive"))} for n in self.ray.nodes()}
+
+    def resources(self) -> dict[str, Any]:
+        """The live nodes' resources (total and free now) and, where the autoscaler's config is in the GCS
+        (autoscaler v2, KubeRay), its node groups (resources, max_count) and cluster-wide maximum."""
+        from ray._private import state
+
+        groups: list[dict[str, Any]] = []
+        max_resources: dict[str, float] = {}
+        try:
+            config = state.state.get_cluster_config()
+        except Exception:  # an older GCS without the key: no autoscaler visible
+            config = None
+        if config is not None:
+            groups = [{"resources": dict(g.resources), "max_count": int(g.max_count)} for g in config.node_group_configs]
+            max_resources = dict(config.max_resources)
+        return {"total": state.total_resources_per_node(), "available": state.available_resources_per_node(),
+                "groups": groups, "max_resources": max_resources}
 
     def create(self, name: str, stage: str, options: dict[str, Any], args: dict[str, Any]) -> str:
         try:
