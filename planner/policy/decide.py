@@ -30,8 +30,9 @@ calculator tolerates; see `_band`) is skipped: no churn for a worker or two.
 
 Within a capacity (`Snapshot.capacity`: the workers of each resource kind the cluster can run, its
 stages of one kind sharing it) the policy plans with the pools that will really run. Where the pools an
-estimating policy plans (its N and its decision) fit what can be ready in time (`_room`), the decision
-is the one without a capacity. Where they do not, the capacity binds: Algorithm 1 searches again within
+estimating policy asks for fit the capacity (with an autoscaler whose nodes take time: where its plan's
+N fits what is placeable now, `_room`), the decision is the one without a capacity. Where they do not,
+the capacity binds: Algorithm 1 searches again within
 it (`search`'s bounds cut to the capacity, an autoscaler's workers beyond what is placeable now ready a
 node start-up later), the decision is that search's, never above the capacity's `most`, and it names
 each stage held below what it wants with the extra delay the capped plan expects (`Binding`). The
@@ -313,7 +314,12 @@ def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
     wanted = [max(a, b) for a, b in zip(_clamp(snapshot, knobs, plan.workers).values(), workers.values())]
     binding: tuple[Binding, ...] = ()
     capacity = snapshot.capacity
-    if not capacity.unbounded and not _fits(kinds, [wanted], _room(capacity)):
+    # on a fixed cluster the capacity binds when the pools asked for now do not fit (a plan's N above it
+    # while its pools fit is re-planned by the decisions to come: N overshoots the pools that ever run);
+    # with an autoscaler whose nodes take time, when its N does not fit what is placeable: the nodes are
+    # asked for ahead
+    check = [wanted] if capacity.node_startup_s > 0 else [list(workers.values())]
+    if not capacity.unbounded and not _fits(kinds, check, _room(capacity)):
         # the capacity binds: the plan, its delay and the decision are those of the pools that can run
         plan = search(w, costs, capacity=capacity, resources=kinds, **args)
         need, counts = _pools(snapshot, knobs, kind, plan, w, cold)
