@@ -229,10 +229,11 @@ def _extra_delays(w: Workload, completion: np.ndarray | None) -> tuple[float | N
 
 
 def _bindings(snapshot: Snapshot, knobs: Knobs, wanted, held, delays) -> tuple[Binding, ...]:
-    """A `Binding` for every stage of a kind whose capacity is below what its stages want, held below
-    its own want (a stage of another kind that a binding plan shrinks is not held back by the capacity)."""
+    """A `Binding` for every stage of a kind whose `most` is below what its stages want, held below its
+    own want (a stage of another kind that a binding plan shrinks is not held back by the capacity, nor
+    is one an autoscaler can grow to its want)."""
     mean, most = delays
-    room, used = _room(snapshot.capacity), {}
+    room, used = snapshot.capacity.most, {}
     for s, a in zip(snapshot.stages, wanted):
         used[s.resource] = used.get(s.resource, 0) + int(a)
     short = {kind for kind, n in used.items() if kind in room and n > room[kind]}
