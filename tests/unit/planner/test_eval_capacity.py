@@ -56,14 +56,15 @@ def test_eval_refuses_a_capacity_that_leaves_a_stage_no_worker():
     assert result.exit_code != 0 and "'execute' runs on gpu workers" in result.output
 
 
-def test_a_capacity_at_least_the_pools_peak_replays_exactly_as_without_one():
+@pytest.mark.parametrize("policy", ["distrs", "zq-dedicated"])
+def test_a_capacity_at_least_the_pools_peak_replays_exactly_as_without_one(policy):
     t = tr.read(tr.resolve("demo"))
-    knobs = Knobs(stages={f"trace.{s.name}": StageKnobs(max_workers=100_000) for s in t.stages})
+    knobs = Knobs(policy=policy, stages={f"trace.{s.name}": StageKnobs(max_workers=100_000) for s in t.stages})
     timeline = evaluate(t, knobs, startup=Startup.fixed(0.0)).timeline
     peak = {s.resource: max(c[k] for _, c in timeline) for k, s in enumerate(t.stages)}
-    within = _replay("--capacity", ",".join(f"{kind}={n}" for kind, n in peak.items()))
+    within = _replay("--policy", policy, "--capacity", ",".join(f"{kind}={n}" for kind, n in peak.items()))
     assert within.pop("capacity") == peak and within.pop("capacity_bound_decisions") == 0
-    assert within == _replay()
+    assert within == _replay("--policy", policy)
 
 
 def test_a_binding_capacity_predicts_more_delay_for_fewer_gpu_seconds():
