@@ -21,13 +21,14 @@ from planner.eval.metrics import EvalResult
 from planner.eval.startup import Startup
 from planner.eval.state import FarmState
 from planner.eval.trace import Trace
+from planner.policy.capacity import UNBOUNDED, Capacity
 from planner.policy.decide import decide, parse_policy
 
 
 def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0, pipeline: str = "trace",
              progress: Callable[[float], None] | None = None, startup_per_start_s: float = 0.0,
              retire_s: float = 0.0, policy_startup_s: float | None = None, dispatch_s: float = 0.0,
-             startup: Startup | None = None) -> EvalResult:
+             startup: Startup | None = None, capacity: Capacity = UNBOUNDED) -> EvalResult:
     """Replay `trace` under `knobs` (policy, scheduler, D, tick); metrics as docs/design.md defines them.
 
     A new worker is ready `startup_s + startup_per_start_s x (workers starting then + its rank in the
@@ -36,7 +37,8 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
     no exit lag, no dispatch latency. `startup` (a distribution) replaces `startup_s`: each new worker
     draws its own, from a stream seeded by `seed` apart from the policy's. The policy is told a start-up
     of `policy_startup_s` (default: the distribution's `plan_s`, its 90th percentile), as a live planner
-    is told the one its workers' lives show."""
+    is told the one its workers' lives show. `capacity` makes the farm a fixed-size cluster (see
+    `planner.eval.state`), and the policy is told it, as a live planner is by its backend."""
     if startup is None:
         if not (isinstance(startup_s, (int, float)) and math.isfinite(startup_s) and startup_s >= 0):
             raise ValueError(f"startup_s must be a finite number >= 0, not {startup_s!r}")
@@ -53,7 +55,7 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
     farm = FarmState(trace, knobs, kind=kind, pipeline=pipeline, startup=startup,
                      startup_rng=random.Random(f"startup-{seed}"),
                      startup_per_start_s=startup_per_start_s, retire_s=retire_s, policy_startup_s=policy_startup_s,
-                     dispatch_s=dispatch_s)
+                     dispatch_s=dispatch_s, capacity=capacity)
     rng = random.Random(seed)
     events = farm.events
     now = farm.t0
@@ -70,10 +72,12 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
             started = _clock.perf_counter()
             decision = decide(snapshot, knobs, rng)
             farm.decisions.append((now, _clock.perf_counter() - started, farm.outstanding()))
+            farm.bound += bool(decision.binding)
             farm.apply(decision, now)
             if progress is not None:
                 progress(now)
+        farm.place(now)
         farm.dispatch(now)
         farm.record(now)
     return EvalResult.build(trace, knobs, startup, farm.batches, farm.alloc, farm.busy_s, farm.timeline,
-                            farm.decisions, now)
+                            farm.decisions, now, capacity=capacity, bound=farm.bound)

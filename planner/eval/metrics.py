@@ -6,6 +6,8 @@
   per resource kind too; resource consumption = sum_j C_j x allocated_j.
 - busy worker-seconds per stage: sum_i s_ij; normalised = allocated / busy (1.0 is perfect).
 - planner runtime per decision, with the number of requests it estimated.
+- on a fixed-size cluster (`farm eval --capacity`): the capacity, and the decisions it held below what
+  they wanted (reported only then, so a replay without one prints what it always did).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from planner.policy.capacity import UNBOUNDED, Capacity
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,9 +42,12 @@ class EvalResult:
     decisions: np.ndarray  # (d, 3): time, runtime s, estimated requests
     end_s: float
     startup: str = ""  # the start-up as `farm eval --startup-s` writes it (a distribution's spec)
+    capacity: Capacity = UNBOUNDED  # the fixed-size cluster replayed on
+    bound: int = 0  # decisions that the capacity held below what they wanted
 
     @classmethod
-    def build(cls, trace, knobs, startup, batches, alloc, busy_s, timeline, decisions, end) -> "EvalResult":
+    def build(cls, trace, knobs, startup, batches, alloc, busy_s, timeline, decisions, end,
+              capacity: Capacity = UNBOUNDED, bound: int = 0) -> "EvalResult":
         return cls(
             policy=knobs.policy, scheduler=knobs.scheduler, delay_s=knobs.delay_s,
             startup_s=startup.quantile(0.5), startup=startup.describe(),
@@ -51,6 +58,7 @@ class EvalResult:
             requests=sum(b.size for b in batches), allocated_s=np.asarray(alloc, dtype=np.float64),
             busy_s=np.asarray(busy_s, dtype=np.float64), timeline=tuple(timeline),
             decisions=np.array(decisions, dtype=np.float64).reshape(-1, 3), end_s=float(end),
+            capacity=capacity, bound=bound,
         )
 
     @property
@@ -72,7 +80,7 @@ class EvalResult:
         d = self.extra_delay
         runtime = self.decisions[:, 1] if len(self.decisions) else np.zeros(1)
         norm = self.normalized
-        return {
+        out = {
             "policy": self.policy,
             "scheduler": self.scheduler,
             "delay_s": self.delay_s,
@@ -95,3 +103,7 @@ class EvalResult:
             "planner_runtime_max_s": float(runtime.max()),
             "duration_s": self.end_s,
         }
+        if not self.capacity.unbounded:
+            out["capacity"] = dict(self.capacity.most)
+            out["capacity_bound_decisions"] = self.bound
+        return out

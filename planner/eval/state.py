@@ -8,6 +8,11 @@ request (the first to finish leaves first). A free worker takes the most urgent 
 (EBF: the batch key of the latest decision, then queue time; FCFS: queue time), so queued requests are
 re-ordered when a decision changes a key, as in the live queues.
 
+A fixed-size cluster (`capacity`, off by default): a kind's workers, all of its stages' pools together
+and retired ones still leaving included, never exceed its capacity. A worker asked for beyond it is
+pending, as on a real cluster: it costs nothing and serves nothing, and it starts (its start-up from
+then) once a worker of its kind is gone, in pool order.
+
 Three optional physical effects, all off by default (`farm eval` models none), for `farm replay`'s
 prediction of a live run with parameters measured on that run:
 
@@ -34,6 +39,7 @@ from farm.knobs import Knobs
 from planner.eval.kernel import EventQueue
 from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch
+from planner.policy.capacity import UNBOUNDED, Capacity
 from planner.policy.decide import RECENT_NEEDS
 from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision, Need, Snapshot, StageState
 
@@ -91,8 +97,10 @@ class FarmState:
 
     def __init__(self, trace: Trace, knobs: Knobs, *, kind: str, pipeline: str, startup: Startup,
                  startup_rng: random.Random, startup_per_start_s: float, retire_s: float, policy_startup_s: float,
-                 dispatch_s: float) -> None:
+                 dispatch_s: float, capacity: Capacity = UNBOUNDED) -> None:
         self.trace, self.knobs, self.kind, self.pipeline = trace, knobs, kind, pipeline
+        self.capacity = capacity
+        self.kinds = [s.resource for s in trace.stages]
         self.startup, self.startup_rng, self.startup_per_start_s = startup, startup_rng, startup_per_start_s
         self.retire_s, self.policy_startup_s, self.dispatch_s = retire_s, policy_startup_s, dispatch_s
         self.dedicated = kind == "zq-dedicated"
@@ -117,6 +125,7 @@ class FarmState:
         self.busy_s = np.zeros(self.m)
         self.timeline: list[tuple[float, tuple[int, ...]]] = []
         self.decisions: list[tuple[float, float, int]] = []
+        self.bound = 0  # decisions whose pools the capacity held below what they wanted
         self.last = self.t0
         self.last_counts: tuple[int, ...] | None = None
         self.recent: deque[Need] = deque(maxlen=RECENT_NEEDS)  # the policy's latest needs, passed back to it
@@ -146,6 +155,18 @@ class FarmState:
         if c != self.last_counts:
             self.timeline.append((now, c))
             self.last_counts = c
+
+    def room(self, k: int) -> float:
+        """Workers of stage k's kind the cluster can still place (inf: no capacity for that kind)."""
+        limit = self.capacity.limit(self.kinds[k])
+        if limit is None:
+            return math.inf
+        return limit - sum(p.allocated for (j, _), p in self.pools.items() if self.kinds[j] == self.kinds[k])
+
+    def place(self, now: float) -> None:
+        """Start the pending workers that the workers gone since left room for, in pool order."""
+        if not self.capacity.unbounded:
+            self._start({key: p.target - p.count for key, p in self.pools.items() if p.count < p.target}, now)
 
     def outstanding(self) -> int:
         """Requests of the active batches not done yet: what the policy estimates."""
@@ -192,7 +213,8 @@ class FarmState:
                 arrival=b.requests[:a, 0], stage=b.stage[:a], state=b.state[:a], since=b.since[:a],
                 served=b.served[:a], oracle=b.requests if self.kind == "ideal" else None))
         return Snapshot(now=now, pipeline=self.pipeline, stages=tuple(stage_states), batches=tuple(live),
-                        history=dict(self.history), startup_s=self.policy_startup_s, recent=tuple(self.recent))
+                        history=dict(self.history), startup_s=self.policy_startup_s, recent=tuple(self.recent),
+                        capacity=self.capacity)
 
     def apply(self, decision: Decision, now: float) -> None:
         """Take the decision's batch keys and resize the pools to its targets."""
@@ -222,15 +244,22 @@ class FarmState:
                 p.idle -= idle
                 self.leave(p, idle, now)
                 # busy workers beyond the target leave as they finish (see handlers.on_finish)
-        new = {key: pools[key].target - pools[key].count for key in targets if pools[key].count < pools[key].target}
+        self._start({key: pools[key].target - pools[key].count for key in targets
+                     if pools[key].count < pools[key].target}, now)
+
+    def _start(self, new: dict, now: float) -> None:
+        """Start `new[key]` workers in pool `key`, as many as the capacity places (the rest pend)."""
         if not new:
             return
+        pools = self.pools
         # start-ups share the CPUs: the j-th new worker of this decision is ready after those under way
         # and the j - 1 before it (in stage order, as the live planner spawns them)
         under_way = sum(len(p.starting) for p in pools.values()) if self.startup_per_start_s > 0 else 0
         j = 0
         for key, n in new.items():
             p = pools[key]
+            if not self.capacity.unbounded:
+                n = int(min(n, max(self.room(key[0]), 0)))
             for _ in range(n):
                 j += 1
                 ready_at = now + self.startup.draw(self.startup_rng) + self.startup_per_start_s * (under_way + j)

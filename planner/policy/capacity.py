@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from farm.pipeline import RESOURCES
+
 
 def _counts(raw: Mapping[str, int], what: str) -> dict[str, int]:
     out = {}
@@ -86,3 +88,21 @@ def fit(counts: Sequence[int], kinds: Sequence[str], limits: Mapping[str, int]) 
 
 
 UNBOUNDED = Capacity()
+
+
+def parse_capacity(text: str) -> Capacity:
+    """A fixed-size cluster from `KIND=WORKERS[,KIND=WORKERS...]` (`farm eval --capacity gpu=2,cpu=16`):
+    every kind named holds that many workers, now and at most; a kind not named is unbounded."""
+    counts: dict[str, int] = {}
+    for part in (text or "").split(","):
+        kind, eq, n = (x.strip() for x in part.partition("="))
+        if not eq:
+            raise ValueError(f"{part.strip()!r}: expected KIND=WORKERS, e.g. gpu=2,cpu=16")
+        if kind not in RESOURCES:
+            raise ValueError(f"{part.strip()!r}: the resource kind must be one of {', '.join(RESOURCES)}")
+        if kind in counts:
+            raise ValueError(f"{kind!r} is named twice")
+        if not (n.isascii() and n.isdigit()):
+            raise ValueError(f"{part.strip()!r}: the workers of a kind must be a whole number >= 0")
+        counts[kind] = int(n)
+    return Capacity(placeable=counts, most=counts)

@@ -30,8 +30,9 @@ calculator tolerates; see `_band`) is skipped: no churn for a worker or two.
 
 Within a capacity (`Snapshot.capacity`: the workers of each resource kind the cluster can run, its
 stages of one kind sharing it) the policy plans with the pools that will really run. Where the pools an
-estimating policy plans (its N and its decision) fit what can be ready in time (`_room`), the decision
-is the one without a capacity. Where they do not, the capacity binds: Algorithm 1 searches again within
+estimating policy asks for fit the capacity (with an autoscaler whose nodes take time: where its plan's
+N fits what is placeable now, `planner.policy.held.room`), the decision is the one without a capacity. Where they do not,
+the capacity binds: Algorithm 1 searches again within
 it (`search`'s bounds cut to the capacity, an autoscaler's workers beyond what is placeable now ready a
 node start-up later), the decision is that search's, never above the capacity's `most`, and it names
 each stage held below what it wants with the extra delay the capped plan expects (`Binding`). The
@@ -51,10 +52,11 @@ import re
 import numpy as np
 
 from farm.knobs import Knobs
-from planner.policy.capacity import Capacity, fit
+from planner.policy.capacity import fit
 from planner.policy.estimate import estimate
+from planner.policy.held import bindings, dedicated_within, extra_delays, fits, pools_within, room
 from planner.policy.search import Plan, search
-from planner.policy.simulate import Simulator, peak_busy
+from planner.policy.simulate import peak_busy
 from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Binding, Decision, Need, Snapshot
 from planner.policy.workload import Workload
 
@@ -200,75 +202,6 @@ def _reserve(snapshot: Snapshot, keys: np.ndarray, knobs: Knobs, cold: tuple[str
     return np.maximum(np.minimum(may, spares), first)
 
 
-def _room(capacity: Capacity) -> dict[str, int]:
-    """Per kind, the most workers a plan may have before the capacity binds: all an autoscaler may add
-    where its nodes are ready at once, else what is placeable now (a worker beyond waits for a node)."""
-    if capacity.node_startup_s > 0:
-        return {kind: capacity.ready(kind) for kind in capacity.most}
-    return dict(capacity.most)
-
-
-def _fits(kinds, pools, room: dict[str, int]) -> bool:
-    """Every resource kind's stages together within `room`, in each of `pools` (counts per stage)."""
-    for counts in pools:
-        used: dict[str, int] = {}
-        for kind, n in zip(kinds, counts):
-            used[kind] = used.get(kind, 0) + int(n)
-        if any(used[kind] > limit for kind, limit in room.items() if kind in used):
-            return False
-    return True
-
-
-def _extra_delays(w: Workload, completion: np.ndarray | None) -> tuple[float | None, float | None]:
-    """Mean and max over the active batches of the extra delay C - T a plan's completions give."""
-    if completion is None or not len(completion):
-        return None, None
-    d = np.maximum(np.asarray(completion) - w.deadlines, 0.0)
-    return float(d.mean()), float(d.max())
-
-
-def _bindings(snapshot: Snapshot, knobs: Knobs, wanted, held, delays) -> tuple[Binding, ...]:
-    """A `Binding` for every stage of a kind whose capacity is below what its stages want, held below
-    its own want (a stage of another kind that a binding plan shrinks is not held back by the capacity)."""
-    mean, most = delays
-    room, used = _room(snapshot.capacity), {}
-    for s, a in zip(snapshot.stages, wanted):
-        used[s.resource] = used.get(s.resource, 0) + int(a)
-    short = {kind for kind, n in used.items() if kind in room and n > room[kind]}
-    return tuple(Binding(s.queue, s.resource, int(a), int(b), mean, most, knobs.delay_s)
-                 for s, a, b in zip(snapshot.stages, wanted, held) if a > b and s.resource in short)
-
-
-def _within(snapshot: Snapshot, knobs: Knobs, counts: dict[str, int], w: Workload | None):
-    """The non-estimating policies' pools cut to the capacity's `most`, and what that holds back (the
-    delay from one simulation of the held pools where there are estimated requests)."""
-    kinds = [s.resource for s in snapshot.stages]
-    wanted = [counts[s.queue] for s in snapshot.stages]
-    held = fit(wanted, kinds, snapshot.capacity.most)
-    if held == wanted:
-        return counts, ()
-    delays: tuple[float | None, float | None] = (None, None)
-    if w is not None and w.size:
-        sim = Simulator(w, scheduler=knobs.scheduler, timeout_aware=False, limits=np.full(len(w.keys), math.inf))
-        delays = _extra_delays(w, sim.run(held, stop_early=False).completion)
-    return {s.queue: n for s, n in zip(snapshot.stages, held)}, _bindings(snapshot, knobs, wanted, held, delays)
-
-
-def _dedicated_within(snapshot: Snapshot, knobs: Knobs, dedicated: dict[str, dict[str, int]]):
-    """zq-dedicated's per-task pools cut so that their sums fit the capacity's `most`, every task's in
-    proportion (it plans no shared pool, so no delay is expected of it)."""
-    tasks = list(dedicated)
-    flat = [dedicated[t][s.queue] for t in tasks for s in snapshot.stages]
-    held = fit(flat, [s.resource for _ in tasks for s in snapshot.stages], snapshot.capacity.most)
-    if held == flat:
-        return dedicated, ()
-    m = len(snapshot.stages)
-    out = {t: {s.queue: held[i * m + k] for k, s in enumerate(snapshot.stages)} for i, t in enumerate(tasks)}
-    wanted = [sum(flat[i * m + k] for i in range(len(tasks))) for k in range(m)]
-    kept = [sum(held[i * m + k] for i in range(len(tasks))) for k in range(m)]
-    return out, _bindings(snapshot, knobs, wanted, kept, (None, None))
-
-
 def _pools(snapshot: Snapshot, knobs: Knobs, kind: str, plan: Plan, w: Workload, cold) -> tuple[dict, list[int]]:
     """The need a plan gives (its window, plus the spares of `_reserve`) and the pools it decides now."""
     queues = [s.queue for s in snapshot.stages]
@@ -287,19 +220,19 @@ def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
     lookahead = knobs.tick_s + snapshot.startup_s
     if not snapshot.batches:
         counts = static if kind == "static" else [0] * len(snapshot.stages)
-        held, binding = _within(snapshot, knobs, _clamp(snapshot, knobs, counts), None)
+        held, binding = pools_within(snapshot, knobs, _clamp(snapshot, knobs, counts), None)
         return Decision(held, {}, f"{kind}: no active batch", binding=binding)
     w, cold = estimate(snapshot, rng, oracle=(kind == "ideal"))
     estimates = {b.id: float(t) for b, t in zip(snapshot.batches, w.keys)}
     note = f" (cold default for {', '.join(cold)})" if cold else ""
     if kind == "static":
-        held, binding = _within(snapshot, knobs, _clamp(snapshot, knobs, static), w)
+        held, binding = pools_within(snapshot, knobs, _clamp(snapshot, knobs, static), w)
         return Decision(held, estimates, f"static pools {static}{note}", binding=binding)
     if kind == "zq-dedicated":
         per_task: dict[str, np.ndarray] = {}
         for b in snapshot.batches:
             per_task[b.task] = per_task.get(b.task, 0) + _zq_batch(snapshot, b, lookahead)
-        dedicated, binding = _dedicated_within(
+        dedicated, binding = dedicated_within(
             snapshot, knobs, {task: _clamp(snapshot, knobs, n) for task, n in sorted(per_task.items())})
         totals = {s.queue: sum(d[s.queue] for d in dedicated.values()) for s in snapshot.stages}
         return Decision(totals, estimates, f"zq-dedicated: {len(dedicated)} tasks' own pools{note}", dedicated,
@@ -313,13 +246,18 @@ def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
     wanted = [max(a, b) for a, b in zip(_clamp(snapshot, knobs, plan.workers).values(), workers.values())]
     binding: tuple[Binding, ...] = ()
     capacity = snapshot.capacity
-    if not capacity.unbounded and not _fits(kinds, [wanted], _room(capacity)):
+    # on a fixed cluster the capacity binds when the pools asked for now do not fit (a plan's N above it
+    # while its pools fit is re-planned by the decisions to come: N overshoots the pools that ever run);
+    # with an autoscaler whose nodes take time, when its N does not fit what is placeable: the nodes are
+    # asked for ahead
+    check = [wanted] if capacity.node_startup_s > 0 else [list(workers.values())]
+    if not capacity.unbounded and not fits(kinds, check, room(capacity)):
         # the capacity binds: the plan, its delay and the decision are those of the pools that can run
         plan = search(w, costs, capacity=capacity, resources=kinds, **args)
         need, counts = _pools(snapshot, knobs, kind, plan, w, cold)
         workers = dict(zip(workers, fit(list(_clamp(snapshot, knobs, counts).values()), kinds, capacity.most)))
         held = [max(a, b) for a, b in zip(_clamp(snapshot, knobs, plan.workers).values(), workers.values())]
-        binding = _bindings(snapshot, knobs, wanted, held, _extra_delays(w, plan.completion))
+        binding = bindings(snapshot, knobs, wanted, held, extra_delays(w, plan.completion))
     reason = (
         f"{kind}: N={list(plan.workers)} need={list(need.values())} now={counts} for "
         f"{len(snapshot.batches)} batches, {w.size} estimated requests, {plan.probes} simulations{note}"

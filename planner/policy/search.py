@@ -20,10 +20,10 @@ fit it), each stage's upper bound is first cut so that every resource kind's sta
 its `most` (`fit`, in proportion to their queue-free peaks); with an autoscaler, the stage's share of
 what is `placeable` now is ready after the start-up, the rest a node start-up later (and the window of
 the decision, what the pools keep busy until a new worker can serve, is a node start-up longer: a
-worker that needs a node is asked for that much earlier, so that the autoscaler adds it in time). A batch that these
-capped pools finish later than its limit is judged against that completion instead: no pool within the
-capacity does better, and without it the search would run every stage to its bound, a stage that is not
-short of workers too. The timeout-aware check is then off at the stages cut (or waiting for nodes):
+worker that needs a node is asked for that much earlier, so that the autoscaler adds it in time). A
+batch that these capped pools finish later than its limit is judged against that completion instead:
+no pool within the capacity does better, and without it the search would run every stage to its bound,
+a stage that is not short of workers too. The timeout-aware check is then off at the stages cut (or waiting for nodes):
 requests wait there whatever the pools; it stays on at the others.
 
 The search does not rely on monotonicity for correctness: its answer is always a count that was
@@ -56,7 +56,6 @@ class Plan:
     completion: np.ndarray  # per batch, the simulated completion with `workers`
     order: tuple[int, ...]  # stages in the order searched
     probes: int  # SIMULATE calls made
-    capped: bool = False  # the capacity cut an upper bound: `completion` is what the capped pools give
 
 
 def _unlimited(sim: Simulator) -> list[int]:
@@ -128,7 +127,6 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
     on_time = w.deadlines + delay_s
     limits = np.where(ref.completion <= on_time, on_time, ref.completion + delay_s)
     num = [peak_busy(ref.starts[k], ref.finishes[k]) for k in range(m)]
-    capped = False
     if capacity is not None:
         peaks = list(num)
         bound, w = _capped(w, num, resources, capacity)
@@ -138,7 +136,7 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
             free = Simulator(w, scheduler=scheduler, timeout_aware=False, limits=np.full(len(w.keys), math.inf))
             # no pool within the capacity finishes a batch before the capped pools do
             limits = np.maximum(limits, free.run(num, stop_early=False).completion)
-            unlimited = list(num)  # the fallback below: the capped pools, which pass by construction
+            unlimited = list(num)  # the fallback below: the most the capacity holds
             # no timeout-aware check where the capacity makes requests wait whatever the pools
             placeable = w.placeable if w.placeable is not None else num
             timeout_aware = [timeout_aware and b >= n and p >= b for b, n, p in zip(bound, peaks, placeable)]
@@ -182,4 +180,4 @@ def search(w: Workload, costs, *, scheduler: str = "ebf", delay_s: float = 2.0, 
         final = sim.run(num, stop_early=False, detail=True)
     probes += 1
     window = [min(num[k], peak_busy(final.starts[k], final.finishes[k], w.now, w.now + lookahead_s)) for k in range(m)]
-    return Plan(tuple(num), tuple(window), limits, final.completion, order, probes, capped)
+    return Plan(tuple(num), tuple(window), limits, final.completion, order, probes)

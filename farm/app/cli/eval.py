@@ -11,6 +11,7 @@ from planner.eval import trace as tr
 from planner.eval.compare import STARTUP_SWEEP_S, run_compare
 from planner.eval.loop import evaluate
 from planner.eval.startup import Startup, parse_startup
+from planner.policy.capacity import UNBOUNDED, Capacity, parse_capacity
 from planner.policy.decide import parse_policy
 
 
@@ -30,6 +31,20 @@ def _startup(value: str) -> Startup:
         return parse_startup(value)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--startup-s") from None
+
+
+def _capacity(value: str | None, t: tr.Trace) -> Capacity:
+    if value is None:
+        return UNBOUNDED
+    try:
+        capacity = parse_capacity(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--capacity") from None
+    for s in t.stages:  # no worker could ever serve the stage: the replay would never end
+        if capacity.limit(s.resource) == 0:
+            raise click.BadParameter(f"stage {s.name!r} runs on {s.resource} workers, and the capacity holds none",
+                                     param_hint="--capacity")
+    return capacity
 
 
 def _sweep(value: str) -> tuple[float, ...]:
@@ -52,7 +67,9 @@ def _table(summary: dict) -> str:
     lines = [
         f"policy {summary['policy']}  scheduler {summary['scheduler']}  D {summary['delay_s']:g} s  "
         f"start-up {_startup_text(summary)}",
-        f"{summary['batches']} batches, {summary['requests']} requests, {summary['decisions']} decisions",
+        f"{summary['batches']} batches, {summary['requests']} requests, {summary['decisions']} decisions"
+        + (f", on a cluster of {', '.join(f'{n} {k}' for k, n in summary['capacity'].items())} workers "
+           f"({summary['capacity_bound_decisions']} decisions held below their want)" if "capacity" in summary else ""),
         f"extra delay   mean {summary['extra_delay_mean_s']:.3f} s   p95 {summary['extra_delay_p95_s']:.3f} s   "
         f"max {summary['extra_delay_max_s']:.3f} s",
         f"{'stage':<16}{'resource':<10}{'allocated s':>14}{'busy s':>14}{'normalised':>12}",
@@ -75,6 +92,9 @@ def _table(summary: dict) -> str:
               help="seconds for a new worker to be ready: a number, a preset (paper: 0, realistic: 30), "
                    "lognormal:MEDIAN,SIGMA, or file:PATH of observed samples; the policy plans with its "
                    "90th percentile")
+@click.option("--capacity", default=None, metavar="KIND=N,...",
+              help="replay on a fixed-size cluster of this many workers per resource kind (e.g. gpu=2,cpu=16; "
+                   "a kind not named is unbounded): workers beyond it pend, and the policy plans within it")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 @click.option("--compare", is_flag=True, help="run every policy, print a side-by-side table and write figures")
@@ -84,12 +104,16 @@ def _table(summary: dict) -> str:
               help="--compare: fixed start-ups of the start-up sweep (comma list; empty to skip)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
               help="where --compare writes its figures and JSON")
-def eval_(trace, startup, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
+def eval_(trace, startup, capacity, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
     t = _load(trace)
     startup = _startup(startup)
     sweep = _sweep(startup_sweep)
+    capacity = _capacity(capacity, t)
+    if compare and not capacity.unbounded:
+        raise click.BadParameter("--compare replays without a capacity; give --capacity to one replay",
+                                 param_hint="--capacity")
     try:
         parse_policy(knob_values["policy"], len(t.stages))
         knobs = knobs_from_options(knob_values, [f"trace.{s.name}" for s in t.stages])
@@ -105,6 +129,6 @@ def eval_(trace, startup, seed, as_json, compare, runtime_sizes, startup_sweep, 
                              echo=lambda line: click.echo(line, err=True))
         click.echo(json.dumps(report, indent=1) if as_json else report["table"])
         return
-    result = evaluate(t, knobs, startup=startup, seed=seed)
+    result = evaluate(t, knobs, startup=startup, seed=seed, capacity=capacity)
     summary = result.summary()
     click.echo(json.dumps(summary) if as_json else _table(summary))
