@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from farm.pipeline import RESOURCES
 
 
 def _counts(raw: Mapping[str, int], what: str) -> dict[str, int]:
@@ -90,16 +89,17 @@ def fit(counts: Sequence[int], kinds: Sequence[str], limits: Mapping[str, int]) 
 UNBOUNDED = Capacity()
 
 
-def parse_capacity(text: str) -> Capacity:
+def parse_capacity(text: str, kinds: Sequence[str]) -> Capacity:
     """A fixed-size cluster from `KIND=WORKERS[,KIND=WORKERS...]` (`farm eval --capacity gpu=2,cpu=16`):
-    every kind named holds that many workers, now and at most; a kind not named is unbounded."""
+    every kind named holds that many workers, now and at most; a kind not named is unbounded. `kinds`: the
+    resource kinds there are (the caller's `farm.pipeline.RESOURCES`; the policy imports no pipeline)."""
     counts: dict[str, int] = {}
     for part in (text or "").split(","):
         kind, eq, n = (x.strip() for x in part.partition("="))
         if not eq:
             raise ValueError(f"{part.strip()!r}: expected KIND=WORKERS, e.g. gpu=2,cpu=16")
-        if kind not in RESOURCES:
-            raise ValueError(f"{part.strip()!r}: the resource kind must be one of {', '.join(RESOURCES)}")
+        if kind not in kinds:
+            raise ValueError(f"{part.strip()!r}: the resource kind must be one of {', '.join(kinds)}")
         if kind in counts:
             raise ValueError(f"{kind!r} is named twice")
         if not (n.isascii() and n.isdigit()):

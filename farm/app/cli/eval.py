@@ -6,6 +6,7 @@ import json
 
 import click
 
+from farm.pipeline import RESOURCES
 from farm.app.cli.knob_options import knob_options, knobs_from_options
 from planner.eval import trace as tr
 from planner.eval.compare import STARTUP_SWEEP_S, run_compare
@@ -37,7 +38,7 @@ def _capacity(value: str | None, t: tr.Trace) -> Capacity:
     if value is None:
         return UNBOUNDED
     try:
-        capacity = parse_capacity(value)
+        capacity = parse_capacity(value, RESOURCES)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--capacity") from None
     for s in t.stages:  # no worker could ever serve the stage: the replay would never end

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from farm.app.cli import main
 from farm.knobs import Knobs, StageKnobs
+from farm.pipeline import RESOURCES
 from planner.eval import trace as tr
 from planner.eval.handlers import HANDLERS
 from planner.eval.loop import evaluate
@@ -32,7 +33,7 @@ def _replay(*args: str) -> dict:
 
 
 def test_a_capacity_names_workers_per_resource_kind():
-    capacity = parse_capacity("gpu=2, cpu=16")
+    capacity = parse_capacity("gpu=2, cpu=16", RESOURCES)
     assert capacity.limit("gpu") == capacity.ready("gpu") == 2 and capacity.limit("cpu") == 16
     assert capacity.limit("io") is None
 
@@ -43,7 +44,7 @@ def test_a_capacity_names_workers_per_resource_kind():
 ])
 def test_a_capacity_that_does_not_parse_is_refused_with_what_is_wrong(text, says):
     with pytest.raises(ValueError, match=says):
-        parse_capacity(text)
+        parse_capacity(text, RESOURCES)
 
 
 def test_eval_refuses_a_malformed_capacity_naming_the_option():
