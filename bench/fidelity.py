@@ -4,7 +4,8 @@ the evaluation's prediction for the same trace, knobs and start-up time (issue 4
 
     python bench/fidelity.py [--trace demo] [--tasks 2] [--batches 5] [--speed 20] [--json] \
         [--worker-startup-delay-s 1.5]
-    python -m tests.support.loopback_ns python bench/fidelity.py --backend ray [--ray-address ADDR] [--json]
+    python -m tests.support.loopback_ns python bench/fidelity.py --backend ray [--ray-address ADDR] [--json] \
+        [--gpus N]
 
 `--worker-startup-delay-s` gives every worker an artificial cold start of that many real seconds
 (FARM_WORKER_STARTUP_DELAY_S; 1.5 s at speed 20 is 30 s of trace time, a container's or a GPU worker's):
@@ -56,10 +57,17 @@ def main(argv=None) -> int:
                     help="ray: the workers as actors of a Ray cluster (run under tests.support.loopback_ns "
                          "without --ray-address: a cluster of a head and 3 nodes is started here)")
     ap.add_argument("--ray-address", default=None, help="ray backend: a running cluster")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="ray backend, the cluster started here: its GPU node's GPUs (default: --max-workers, "
+                         "room for the knobs' pools; fewer: a fixed cluster the planner must plan within)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.ray_address and args.backend != "ray":
         ap.error("--ray-address is an option of --backend ray")
+    if args.gpus is not None and (args.backend != "ray" or args.ray_address):
+        ap.error("--gpus sizes the cluster started here: an option of --backend ray without --ray-address")
+    if args.gpus is not None and args.gpus < 1:
+        ap.error("--gpus must be at least 1 (synthetic.execute runs on GPU workers)")
     if not 0 <= args.worker_startup_delay_s < float("inf"):
         ap.error("--worker-startup-delay-s must be a finite number of seconds >= 0")
     if args.worker_startup_delay_s > 0:  # the daemon, its local backend and their workers inherit it
@@ -79,7 +87,8 @@ def main(argv=None) -> int:
             from tests.support.ray_cluster import LocalCluster
 
             half = (args.max_workers + 1) // 2  # synthetic.compile is a CPU stage, synthetic.execute a GPU one
-            cluster = LocalCluster(cpu_node_cpus=half, gpu_node_gpus=args.max_workers)
+            gpus = args.max_workers if args.gpus is None else args.gpus
+            cluster = LocalCluster(cpu_node_cpus=half, gpu_node_gpus=gpus)
             cluster.add_node(num_cpus=half)
         options = {"address": args.ray_address or cluster.address}
     try:
@@ -93,6 +102,7 @@ def main(argv=None) -> int:
             cluster.shutdown()
     out = {
         "trace": args.trace, "tasks": args.tasks, "batches": args.batches, "speed": args.speed, "backend": args.backend,
+        "gpus": args.gpus if args.backend == "ray" and not args.ray_address else None,
         "worker_nice": args.worker_nice, "worker_events": args.worker_events,
         "worker_startup_delay_s": args.worker_startup_delay_s,
         "wall_s": round(time.time() - started, 1),
