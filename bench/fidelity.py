@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     def replayer(settings, engine, trace, options):
         report = rp.run(settings, engine, trace, options)
         plain = replace(options, startup_s=report["startup_s"], startup_per_start_s=0.0, retire_s=0.0,
-                        dispatch_s=0.0)
+                        dispatch_s=0.0, capacity=rp.same_run(options, report).capacity)
         report["predicted_plain"] = rp.predict(trace, Knobs.from_dict(report["knobs"]), plain)
         return report
 
@@ -112,6 +112,7 @@ def main(argv=None) -> int:
         "predicted": report["predicted"],
         "knobs": report["knobs"],  # in trace time
         "startup_s": report["startup_s"],
+        "capacity": report["capacity"],  # workers per kind the live planner planned within (the prediction's cluster)
         "physics": report["physics"],
         "predicted_plain": report["predicted_plain"],
         "fidelity_plain": within(report["measured"], report["predicted_plain"]),
