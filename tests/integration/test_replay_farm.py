@@ -66,6 +66,19 @@ def test_a_tiny_trace_replays_end_to_end_with_the_eval_keys_measured_and_predict
     assert physics["retire_s"] >= 0
 
 
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """The farm's workers hold at most one GPU (the local backend's capacity: one GPU worker)."""
+    monkeypatch.setenv("FARM_MAX_GPUS", "1")
+
+
+def test_a_replay_is_predicted_on_the_cluster_its_planner_planned_within(one_gpu, farm, daemon):
+    settings, engine = farm
+    report = run_replay(settings, engine, tiny_trace(batches=1), speed=2.0)
+    assert report["capacity"] == {"gpu": 1}
+    assert report["predicted"]["capacity"] == {"gpu": 1}
+
+
 def test_the_replay_restores_the_operators_knobs(farm, daemon):
     from farm.store.knob_store import KnobStore
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from farm.app.live_replay.physics import dispatch_latencies, exit_lags, fit_star
 from farm.app.live_replay.plan import MIN_LIVE_TICK_S, due_together, payload, replay_knobs, schedule, trace_knobs
 from farm.knobs import Knobs
 from planner.eval.trace import Trace, TraceBatch, TraceStage
+from planner.policy.capacity import UNBOUNDED, Capacity
 
 STAGES = (TraceStage("compile", "cpu", 1.0, 120.0), TraceStage("execute", "gpu", 8.0, 60.0))
 
@@ -188,6 +191,36 @@ def test_the_prediction_plans_with_the_start_up_the_live_decisions_planned_with(
               "physics": {"startup_s": 0.5, "startup_per_start_s": 0.1, "retire_s": 0.6, "dispatch_s": 0.02}}
     predict_result(TRACE, Knobs(), same_run(ReplayOptions(speed=10.0, startup_s=1.0), report))
     assert seen["policy_startup_s"] == pytest.approx(25.0)
+
+
+PHYSICS = {"startup_s": 0.5, "startup_per_start_s": 0.1, "retire_s": 0.6, "dispatch_s": 0.02}
+
+
+def test_the_prediction_replays_on_the_cluster_the_live_decisions_planned_within(monkeypatch):
+    import planner.eval.loop
+
+    seen = {}
+    monkeypatch.setattr(planner.eval.loop, "evaluate", lambda trace, knobs, **kw: seen.update(kw))
+    report = {"startup_s": 1.5, "capacity": {"gpu": 2, "cpu": 12}, "physics": PHYSICS}
+    predict_result(TRACE, Knobs(), same_run(ReplayOptions(speed=10.0), report))
+    assert seen["capacity"] == Capacity(placeable={"gpu": 2, "cpu": 12}, most={"gpu": 2, "cpu": 12})
+
+
+def test_a_run_whose_decisions_record_no_capacity_is_predicted_on_the_options_cluster():
+    report = {"startup_s": 1.5, "capacity": None, "physics": PHYSICS}
+    assert same_run(ReplayOptions(speed=10.0), report).capacity == UNBOUNDED
+    assert same_run(ReplayOptions(speed=10.0), {**report, "capacity": {}}).capacity == UNBOUNDED
+
+
+def test_the_prediction_on_a_smaller_cluster_holds_its_gpu_workers_within_it():
+    wide = Trace(STAGES, tuple(batch("a", k, 10.0 + 300.0 * k, [[float(i), 5.0, 30.0] for i in range(8)])
+                               for k in range(2)))
+    options = ReplayOptions(speed=10.0, startup_s=0.0, capacity=Capacity(placeable={"gpu": 1}, most={"gpu": 1}))
+    small = predict_result(wide, Knobs(), options)
+    free = predict_result(wide, Knobs(), replace(options, capacity=UNBOUNDED))
+    assert small.summary()["capacity"] == {"gpu": 1}
+    assert max(pools[1] for _, pools in small.timeline) == 1  # execute's pool, at every change
+    assert small.summary()["extra_delay_mean_s"] > free.summary()["extra_delay_mean_s"]
 
 
 def test_the_replay_options_refuse_a_negative_physics_parameter():

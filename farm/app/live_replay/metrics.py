@@ -4,6 +4,7 @@ multiplied back by K, with the keys of `farm eval --json`, and the fidelity agai
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -174,3 +175,17 @@ def planned_startup(engine: Any, since: float, until: float, pipeline: str) -> f
         told = [float(d["startup_s"]) for d in rows
                 if d and d.get("pipeline") == pipeline and d.get("startup_s") is not None]
     return float(np.median(told)) if told else None
+
+
+def planned_capacity(engine: Any, since: float, until: float, pipeline: str) -> dict[str, int] | None:
+    """The cluster the planner's decisions for `pipeline` planned within in [since, until]: per resource
+    kind, the most workers of its share (`details.capacity`), as most of those decisions saw it ({}: no
+    kind bounded); None where no record says (decisions of a planner before capacities were recorded)."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(Decision.details).where(Decision.at >= since, Decision.at <= until)).scalars()
+        seen = Counter(tuple(sorted((kind, int(c["most"])) for kind, c in d["capacity"].items()))
+                       for d in rows if d and d.get("pipeline") == pipeline and d.get("capacity") is not None)
+    if not seen:
+        return None
+    # a fixed cluster's most is the same every epoch; a moment it read otherwise (a node seen late) is outvoted
+    return dict(max(seen.items(), key=lambda item: (item[1], item[0]))[0])

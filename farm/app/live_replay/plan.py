@@ -14,6 +14,7 @@ import numpy as np
 
 from farm.knobs import Knobs
 from planner.eval.trace import Trace, TraceBatch
+from planner.policy.capacity import UNBOUNDED, Capacity
 
 PIPELINE = "synthetic"
 
@@ -39,6 +40,7 @@ class ReplayOptions:
     retire_s: float = 0.0  # real seconds a retired worker still exists (idem)
     dispatch_s: float = 0.0  # real seconds a request takes to reach a free worker (idem)
     policy_startup_s: float | None = None  # the start-up the planner is told (default: startup_s)
+    capacity: Capacity = UNBOUNDED  # the fixed cluster the prediction replays on (the run's, as its planner saw it)
     seed: int = 0
     pipeline: str = PIPELINE
     record_timeout_s: float = 60.0

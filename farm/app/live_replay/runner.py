@@ -24,6 +24,7 @@ from farm.knobs import Knobs
 from farm.store.knob_store import KnobStore
 from planner.eval import loop
 from planner.eval.trace import Trace
+from planner.policy.capacity import Capacity
 from planner.runtime.live import observed_startup
 
 
@@ -31,24 +32,28 @@ def predict_result(trace: Trace, knobs: Knobs, options: ReplayOptions) -> Any:
     """`farm eval`'s replay of the same trace and knobs, its worker physics (real seconds) times K: a new
     worker ready (startup_s + startup_per_start_s x workers starting) x K later, a retired one gone
     retire_s x K later, a request at its worker dispatch_s x K after it is taken, the policy told a
-    start-up of policy_startup_s x K."""
+    start-up of policy_startup_s x K, on a cluster of `options.capacity` (`farm eval --capacity`)."""
     k = options.speed
     told = None if options.policy_startup_s is None else options.policy_startup_s * k
     return loop.evaluate(trace, knobs, startup_s=options.startup_s * k, startup_per_start_s=options.startup_per_start_s * k,
                          retire_s=options.retire_s * k, dispatch_s=options.dispatch_s * k, policy_startup_s=told,
-                         seed=options.seed, pipeline=options.pipeline)
+                         seed=options.seed, pipeline=options.pipeline, capacity=options.capacity)
 
 
 def same_run(options: ReplayOptions, report: Mapping[str, Any]) -> ReplayOptions:
     """The options of a run's prediction: the worker physics measured on that run (`report["physics"]`), the
     planner told the start-up it was told live: the median of what its decisions planned with
     (`report["policy_startup_s"]`), else the larger of the configured one and the observed median
-    (`report["startup_s"]`)."""
+    (`report["startup_s"]`); on the cluster its decisions planned within (`report["capacity"]`, workers per
+    kind; {} none bounded), else the options' own."""
     physics = report["physics"]
     told = report.get("policy_startup_s")
+    cluster = report.get("capacity")
     return replace(options, startup_s=physics["startup_s"], startup_per_start_s=physics["startup_per_start_s"],
                    retire_s=physics["retire_s"], dispatch_s=physics["dispatch_s"],
-                   policy_startup_s=told if told is not None else max(options.startup_s, report["startup_s"]))
+                   policy_startup_s=told if told is not None else max(options.startup_s, report["startup_s"]),
+                   # a fixed cluster, as `farm eval --capacity` replays on (an autoscaler's nodes as there from the start)
+                   capacity=options.capacity if cluster is None else Capacity(placeable=cluster, most=cluster))
 
 
 def predict(trace: Trace, knobs: Knobs, options: ReplayOptions) -> dict[str, Any]:
@@ -100,6 +105,7 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
                                  dispatch_s=options.dispatch_s)
         startup = observed_startup(engine, since=t0 - 60.0) or options.startup_s
         told = metrics.planned_startup(engine, since=t0 - 60.0, until=end, pipeline=options.pipeline)
+        cluster = metrics.planned_capacity(engine, since=t0 - 60.0, until=end, pipeline=options.pipeline)
         measured = measure(engine, trace, batch_ids, start=t0, pipeline=options.pipeline, speed=options.speed,
                            knobs=live, startup_s=startup)
     finally:
@@ -114,6 +120,8 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
         "started_at": t0,  # epoch seconds of the trace's origin on the farm's clock
         "startup_s": startup,  # real seconds a new worker took to be ready here (median)
         "policy_startup_s": told,  # real seconds the planner's decisions planned a start-up to take (median)
+        # workers per resource kind the planner's decisions planned within ({}: none bounded; None: not recorded)
+        "capacity": cluster,
         "physics": physics.to_dict(),  # what the prediction assumes, measured on this run (real seconds)
         "results": {
             "expected": len(expected),
