@@ -57,7 +57,7 @@ from planner.policy.estimate import estimate
 from planner.policy.held import bindings, dedicated_within, extra_delays, fits, pools_within, room
 from planner.policy.search import Plan, search
 from planner.policy.simulate import peak_busy
-from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Binding, Decision, Need, Snapshot
+from planner.policy.snapshot import DONE, RUNNING, ActiveBatch, Binding, Decision, Need, Snapshot, at_origin, from_now
 from planner.policy.workload import Workload
 
 POLICIES = ("distrs", "history", "ideal", "zq-dedicated", "static:N1,N2,...")
@@ -215,7 +215,12 @@ def _pools(snapshot: Snapshot, knobs: Knobs, kind: str, plan: Plan, w: Workload,
 
 
 def decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
-    """The workers per stage and the EBF key of every active batch, from this snapshot alone."""
+    """The workers per stage and the EBF key of every active batch, from this snapshot alone; decided in
+    seconds from `now` (`from_now`), so that a farm on the epoch's clock decides as one in trace time."""
+    return at_origin(_decide(from_now(snapshot), knobs, rng), snapshot.now)
+
+
+def _decide(snapshot: Snapshot, knobs: Knobs, rng: random.Random) -> Decision:
     kind, static = parse_policy(knobs.policy, len(snapshot.stages))
     lookahead = knobs.tick_s + snapshot.startup_s
     if not snapshot.batches:

@@ -8,7 +8,7 @@ same function for both.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
@@ -184,3 +184,22 @@ class Decision:
     dedicated: Mapping[str, Mapping[str, int]] | None = None
     need: Need | None = None
     binding: tuple[Binding, ...] = ()
+
+
+def from_now(snapshot: Snapshot) -> Snapshot:
+    """The same snapshot with every instant in seconds from `now` (`now` 0): the policy's arithmetic then
+    resolves what it compares. At an epoch's magnitude (1.8e9 s) a float resolves only 2.4e-7 s, far
+    coarser than the policy's tolerances (1e-9 s), and a live farm on a compressed clock (the replay's,
+    requests of milliseconds) decided otherwise than the same farm in trace time (issue 36: 11 workers
+    where 9 do). Durations (arrivals, served, history, start-up, timeouts) are left as they are."""
+    origin = snapshot.now
+    batches = tuple(replace(b, start_s=b.start_s - origin, key=b.key - origin, since=b.since - origin)
+                    for b in snapshot.batches)
+    recent = tuple(Need(r.at - origin, r.workers) for r in snapshot.recent)
+    return replace(snapshot, now=0.0, batches=batches, recent=recent)
+
+
+def at_origin(decision: Decision, origin: float) -> Decision:
+    """A decision made on `from_now`'s snapshot with its instants (keys, the need's time) back at `origin`."""
+    need = None if decision.need is None else Need(decision.need.at + origin, decision.need.workers)
+    return replace(decision, estimates={b: t + origin for b, t in decision.estimates.items()}, need=need)

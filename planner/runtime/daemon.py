@@ -104,6 +104,7 @@ class Daemon:
         cold_workers: int = 0,
         on_step: Callable[[list[DecisionRecord]], Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        dump: Callable[[Any, Knobs, Any], Any] | None = None,
     ) -> None:
         self.view, self.backend, self.decide = view, backend, decide
         self.knobs, self.set_estimate, self.record, self.clock = knobs, set_estimate, record, clock
@@ -112,6 +113,7 @@ class Daemon:
         self.cold_workers = cold_workers
         self.on_step = on_step  # after every epoch, decided or not (the service's liveness heartbeat)
         self.monotonic = monotonic
+        self.dump = dump  # (snapshot, knobs, decision) of every decision, for debugging (FARM_PLANNER_DUMP_DIR)
         self.instance = uuid.uuid4().hex[:6]
         self._recorded: dict[str, dict[str, int]] = {}  # per pipeline, the pools of its last recorded decision
         self._needs: dict[str, deque] = {}  # per pipeline, the policy's latest needs (`Snapshot.recent`)
@@ -188,6 +190,11 @@ class Daemon:
         started = time.perf_counter()
         decision = self.decide(snapshot, knobs, self.rng)
         runtime = time.perf_counter() - started
+        if self.dump is not None:
+            try:
+                self.dump(snapshot, knobs, decision)
+            except Exception:
+                log.warning("could not dump the decision's snapshot", exc_info=True)
         need = getattr(decision, "need", None)  # estimating policies only
         if need is not None:
             needs.append(need)

@@ -123,8 +123,30 @@ def build(settings: Settings, *, backend: str | Any = "local", database_url: str
 
     daemon = Daemon(view=view, backend=backend, decide=decide, knobs=knobs,
                     set_estimate=dispatch.set_estimate, record=record, seed=seed, cold_workers=cold_workers,
-                    on_step=on_step)
+                    on_step=on_step, dump=snapshot_dumper(os.environ.get(DUMP_DIR_ENV)))
     return Planner(daemon, settings, client, engine, backend)
+
+
+DUMP_DIR_ENV = "FARM_PLANNER_DUMP_DIR"  # a directory: every decision's snapshot, knobs and decision pickled there
+
+
+def snapshot_dumper(directory: str | None):
+    """With a directory (FARM_PLANNER_DUMP_DIR, off by default): a hook that pickles each decision's
+    (snapshot, knobs, decision) there, one file per decision, to set a live decision beside a replay's."""
+    if not directory:
+        return None
+    import itertools
+    import pickle
+    from pathlib import Path
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    seq = itertools.count()
+
+    def dump(snapshot: Any, knobs: Knobs, decision: Any) -> None:
+        (out / f"{next(seq):06d}.pkl").write_bytes(pickle.dumps((snapshot, knobs, decision)))
+
+    return dump
 
 
 def run(planner: Planner, stop: threading.Event | None = None, *, once: bool = False) -> None:
