@@ -28,11 +28,11 @@ them (each run about a minute here; one at a time), and the table of the runs wi
         --max-workers 12 --json > /tmp/fid-full-$i.json; done
     python bench/fidelity_table.py /tmp/fid-2gpu-*.json; python bench/fidelity_table.py /tmp/fid-full-*.json
 
-On this 2-core machine (2026-11), with 2 GPUs, median errors over runs 1-3: 4.4% (mean extra delay),
-11.4% (compile's allocated seconds), 6.9% (execute's); runs 4-6: 2.0%, 17.3%, 3.3%; all six: 3.2%,
-16.2%, 4.7%. Compile is measured 9-20% above the prediction in every run: while Ray creates the first
-actors (10-15 s here), the live planner's decisions ask for 11 compile workers (N=[6, 2]) where the
-replay's, on the same batches and arrivals, ask for 9 (N=[4, 2]). With 12 GPUs: 1.5%, 2.5%, 3.1%.
+On this 2-core machine (2026-11), with 2 GPUs, median errors over 3 runs: 1.1% (mean extra delay),
+2.8% (compile's allocated seconds), 5.3% (execute's); with 12 GPUs: 3.0%, 5.9%, 3.6%. Before the policy
+decided in seconds from now (docs/design.md §14, trap 7) compile was 16.2% off over 6 runs: on the
+epoch's clock the live planner asked for 11 compile workers (N=[6, 2]) where the replay asked for 9.
+`FARM_PLANNER_DUMP_DIR=DIR` has the daemon pickle every decision's snapshot, knobs and decision in DIR.
 Nothing lost or duplicated. Before the prediction knew the capacity, execute's was predicted 5x what 2
 GPUs hold (80% off).
 """
