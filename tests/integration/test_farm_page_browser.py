@@ -109,6 +109,8 @@ def test_the_page_shows_a_late_batch_first_draws_the_pools_and_matches_farm_stat
                     assert chart.is_displayed() and chart.size["width"] > 200
                 for t in trainers:
                     t.join(timeout=120)
+                # the replay ran to its end while the page was open, every result back
+                assert not any(t.is_alive() for t in trainers), "the replay did not finish within 120 s"
                 assert all(t.outcome.error is None for t in trainers), [t.outcome.error for t in trainers]
                 browser.save_screenshot(str(artifacts / "farm-page-after-replay.png"))
         finally:
