@@ -17,9 +17,9 @@ from typing import Iterable
 import numpy as np
 from sqlalchemy import Engine
 
-from farm.app.overview import tenant_label
 from farm.knobs import Knobs
 from farm.app.metrics.labels import resource_of
+from farm.protocol.scope import batch_tenant
 from farm.store.accounting import StageRun, stage_runs, tenant_usage
 from planner.policy.simulate import peak_busy
 
@@ -79,5 +79,5 @@ def tenant_cost(engine: Engine, start: float, end: float, knobs: Knobs | None = 
         cell[0] += u.allocated_s
         cell[2] += u.busy_s
     for (batch, stage), held_s in zero_queue_held(stage_runs(engine, start, end), start, end).items():
-        cells.setdefault((tenant_label(batch), resource_of(stage)), [0.0, 0.0, 0.0])[1] += held_s
+        cells.setdefault((batch_tenant(batch), resource_of(stage)), [0.0, 0.0, 0.0])[1] += held_s
     return [TenantCost(t, r, a, z, b) for (t, r), (a, z, b) in sorted(cells.items())]

@@ -12,14 +12,8 @@ from typing import Any
 
 from farm.knobs import Knobs
 from farm.protocol.live import LiveState, Progress
-from farm.protocol.scope import tenant_of
+from farm.protocol.scope import batch_tenant
 from farm.protocol.silence import silent
-
-
-def tenant_label(batch_id: str) -> str:
-    """`t<id>` for a tenant's batch, `-` for one opened directly on the farm."""
-    tenant = tenant_of(batch_id)
-    return "-" if tenant is None else f"t{tenant}"
 
 
 def _where(live: LiveState) -> tuple[dict[str, Counter], dict[str, Counter]]:
@@ -40,7 +34,7 @@ def batch_row(b: Progress, knobs: Knobs, now: float, queued: Counter, running: C
     # the stage most of its waiting requests queue at (running ones where none queue): what holds it up
     waits = queued or running
     return {
-        "batch": b.batch_id, "tenant": tenant_label(b.batch_id), "task": b.task, "pipeline": b.pipeline,
+        "batch": b.batch_id, "tenant": batch_tenant(b.batch_id), "task": b.task, "pipeline": b.pipeline,
         "size": b.size, "arrived": b.arrived, "done": b.done, "opened_at": b.opened_at, "estimated_at": b.key,
         "extra_delay_s": round(extra, 3), "late": extra > knobs.delay_s,
         "waiting_on": max(sorted(waits), key=waits.__getitem__) if waits else None,

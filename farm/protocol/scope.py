@@ -17,6 +17,17 @@ _TASK = re.compile(r"^[A-Za-z0-9_.-]+$")
 MAX_BATCH_ID, MAX_TASK = 128, 64  # the farm's own limits (farm.protocol.calls), prefix included
 
 
+def tenant_label(tenant_id: int | None) -> str:
+    """How the farm's reports name a tenant: `t<id>`, the prefix of its names; `-` for batches opened directly
+    on the farm, outside any tenant's."""
+    return "-" if tenant_id is None else f"t{tenant_id}"
+
+
+def batch_tenant(farm_batch: str) -> str:
+    """The report label (`tenant_label`) of the tenant whose batch this farm id is."""
+    return tenant_label(tenant_of(farm_batch))
+
+
 @dataclass(frozen=True)
 class Scope:
     """One tenant's names on the farm: batch `x` is `t<id>:x` there, task `math` is `t<id>.math`."""
@@ -25,11 +36,11 @@ class Scope:
 
     @property
     def batch_prefix(self) -> str:
-        return f"t{self.tenant_id}:"
+        return f"{tenant_label(self.tenant_id)}:"
 
     @property
     def task_prefix(self) -> str:
-        return f"t{self.tenant_id}."
+        return f"{tenant_label(self.tenant_id)}."
 
     def batch(self, batch_id: str | None) -> str:
         """The farm's id of the tenant's batch (a fresh one when None); InvalidInput for a malformed id."""

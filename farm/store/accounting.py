@@ -155,7 +155,7 @@ class TenantUsage:
 
 def tenant_usage(engine: Engine, start: float, end: float, knobs: Knobs | None = None) -> list[TenantUsage]:
     """Per tenant and resource kind, over `[start, end)` (three queries: the farm page reads it through farm.app.cost)."""
-    from farm.protocol.scope import tenant_of
+    from farm.protocol.scope import batch_tenant
 
     lo, hi = _window(start, end)
     s, f = RequestStage.started_at, RequestStage.finished_at
@@ -167,8 +167,7 @@ def tenant_usage(engine: Engine, start: float, end: float, knobs: Knobs | None =
         rows = conn.execute(query).all()
     busy: dict[tuple[str, str], float] = {}  # (stage, tenant) -> seconds run
     for batch_id, stage, seconds in rows:
-        tenant = tenant_of(batch_id)
-        key = (stage, "-" if tenant is None else f"t{tenant}")
+        key = (stage, batch_tenant(batch_id))
         busy[key] = busy.get(key, 0.0) + float(seconds or 0.0)
     stages = {u.stage: u for u in stage_usage(engine, start, end, knobs)}
     out: dict[tuple[str, str], list[float]] = {}

@@ -34,6 +34,7 @@ from farm.protocol import heartbeat
 from farm.protocol.keys import Keys
 from farm.protocol.live import LiveState, depths, inspect
 from farm.protocol.live_knobs import knobs_now
+from farm.protocol.scope import tenant_label
 from farm.store.pool_history import StagePool, StageVisit, pool_rows, pools_at
 from farm.store.tenants import list_tenants
 
@@ -107,7 +108,7 @@ class FarmView:
         if self.engine is None:
             return {}
         if time.monotonic() - self._tenants_at >= COST_S:
-            self._tenants = {f"t{t.id}": {"name": t.name, "operator": t.operator, "limits": t.limits.to_dict()}
+            self._tenants = {tenant_label(t.id): {"name": t.name, "operator": t.operator, "limits": t.limits.to_dict()}
                              for t in list_tenants(self.engine, include_revoked=False)}
             self._tenants_at = time.monotonic()
         return self._tenants
