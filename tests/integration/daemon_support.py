@@ -90,6 +90,23 @@ def wait_for(predicate, timeout_s=30.0, what="condition"):
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what() if callable(what) else what}")
 
 
+@contextlib.contextmanager
+def serving(built):
+    """A built daemon (`planner.runtime.service.build`) running in a thread of the test process; stopped and
+    closed on the way out."""
+    from planner.runtime import service
+
+    stop = threading.Event()
+    thread = threading.Thread(target=service.run, args=(built, stop), daemon=True)
+    thread.start()
+    try:
+        yield built
+    finally:
+        stop.set()
+        thread.join(10)
+        built.close()
+
+
 @pytest.fixture
 def daemon(farm):
     """The daemon in a thread of the test process."""
@@ -97,14 +114,8 @@ def daemon(farm):
     from planner.runtime import service
 
     settings, engine = farm
-    built = service.build(settings, backend="local", startup_s=1.0)
-    stop = threading.Event()
-    thread = threading.Thread(target=service.run, args=(built, stop), daemon=True)
-    thread.start()
-    wait_for(lambda: heartbeat.read(built.redis, settings.namespace), 30, "the daemon's first epoch")
-    yield built
-    stop.set()
-    thread.join(10)
-    built.close()
+    with serving(service.build(settings, backend="local", startup_s=1.0)) as built:
+        wait_for(lambda: heartbeat.read(built.redis, settings.namespace), 30, "the daemon's first epoch")
+        yield built
 
 

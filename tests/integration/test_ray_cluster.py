@@ -4,7 +4,6 @@ recorder, the planner daemon and `farm worker` processes."""
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import redis as redis_lib
@@ -12,7 +11,7 @@ import redis as redis_lib
 from farm.results import Status
 from planner.backends import WorkerState
 from planner.backends.ray.spec import Resources, ray_namespace
-from tests.integration.daemon_support import recorded_farm, small_knobs, wait_for
+from tests.integration.daemon_support import recorded_farm, serving, small_knobs, wait_for
 from tests.support.ray_cluster import connected
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240)]
@@ -128,11 +127,7 @@ def test_a_node_lost_mid_replay_loses_and_duplicates_nothing_and_the_pools_come_
     # the replay's workers may run only on nodes that declare "replay": the first such node is then lost
     pinned = {"synthetic": Resources(num_cpus=1, custom={"replay": 1})}
     doomed = ray_cluster.add_node(num_cpus=4, resources={"replay": 4})
-    built = service.build(settings, backend=make(resources=pinned), startup_s=1.0)
-    stop = threading.Event()
-    thread = threading.Thread(target=service.run, args=(built, stop), daemon=True)
-    thread.start()
-    try:
+    with serving(service.build(settings, backend=make(resources=pinned), startup_s=1.0)) as built:
         with RewardClient(settings) as client:
             batch = client.open_batch("replay", "synthetic", 16)
             for i in range(16):
@@ -144,10 +139,6 @@ def test_a_node_lost_mid_replay_loses_and_duplicates_nothing_and_the_pools_come_
                                                           if w.alive), 30, "the lost node's workers replaced, pending")
             replacement = ray_cluster.add_node(num_cpus=4, resources={"replay": 4})  # the autoscaler's new node
             results = batch.gather(timeout=180)
-    finally:
-        stop.set()
-        thread.join(10)
-        built.close()
     ray_cluster.remove(replacement)  # the session's cluster as it was
 
     assert sorted(int(r.request_id) for r in results) == list(range(16))
@@ -170,12 +161,8 @@ def test_on_a_cluster_of_two_gpus_the_planner_asks_for_two_gpu_workers_and_says_
     backend = make(resource_for=gpu_execute)
     # the GCS frees a previous test's actors' GPUs a moment after they are gone
     wait_for(lambda: backend.capacity().placeable.get("gpu") == 2, 30, "both GPUs free")
-    built = service.build(settings, backend=backend, startup_s=1.0)
-    stop = threading.Event()
-    thread = threading.Thread(target=service.run, args=(built, stop), daemon=True)
-    thread.start()
     try:
-        with RewardClient(settings) as rc:
+        with serving(service.build(settings, backend=backend, startup_s=1.0)), RewardClient(settings) as rc:
             batch = rc.open_batch("bound", "synthetic", 24)
             for i in range(24):
                 batch.submit(str(i), {"times": [0.05, 1.0]})
@@ -183,9 +170,6 @@ def test_on_a_cluster_of_two_gpus_the_planner_asks_for_two_gpu_workers_and_says_
                 heartbeat.read(client, settings.namespace)), 60, "the GPU stage named capacity-bound")
             results = batch.gather(timeout=180)
     finally:
-        stop.set()
-        thread.join(10)
-        built.close()
         client.close()
 
     assert all(r.status is Status.OK for r in results)
