@@ -63,11 +63,36 @@ def test_a_process_that_joins_a_group_is_listed_and_killed_with_it_even_in_a_ses
     assert group.pids() == []
 
 
+# Each child holds its 100 MiB until both have theirs (a barrier over two pipes): without it, under load, the first
+# child could exit before the second allocates, and the group would never hold more than the cap at once.
+_TWO_HOLDERS = """import os
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
+for _ in range(2):
+    if os.fork() == 0:
+        os.close(ready_r)
+        os.close(go_w)
+        b = bytearray(100 << 20)
+        b[::4096] = b'x' * len(b[::4096])
+        os.write(ready_w, b'.')
+        os.close(ready_w)  # else a child left waiting would keep the parent's read from ever seeing the end
+        os.read(go_r, 1)
+        os._exit(0)
+os.close(ready_w)
+os.close(go_r)
+held = b''
+while len(held) < 2:
+    more = os.read(ready_r, 2)  # empty once every child that could write has exited or been killed
+    if not more:
+        break
+    held += more
+os.close(go_w)
+print(sorted(os.wait()[1] for _ in range(2)))
+"""
+
+
 def test_memory_is_capped_for_the_group_as_a_whole(group):
-    code = ("import os\nfor _ in range(2):\n    if os.fork() == 0:\n        b = bytearray(100 << 20)\n"
-            "        b[::4096] = b'x' * len(b[::4096])\n        os._exit(0)\n"
-            "print(sorted(os.wait()[1] for _ in range(2)))")
-    out, _ = _start(group, code).communicate(timeout=30)
+    out, _ = _start(group, _TWO_HOLDERS).communicate(timeout=30)
     assert out != b"[0, 0]\n" and group.oom_killed()
 
 
