@@ -33,7 +33,8 @@ def running_gateway(settings: Settings, engine, gateway_settings: GatewaySetting
                      gateway_settings, engine)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           h11_max_incomplete_event_size=64 * 1024))
+                                           h11_max_incomplete_event_size=64 * 1024, access_log=False,
+                                           proxy_headers=False))  # as farm.app.gateway.server runs it
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

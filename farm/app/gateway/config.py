@@ -3,6 +3,7 @@ SandboxFusion runs become on the farm (task, pipeline, payload, batching)."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
@@ -19,6 +20,23 @@ class GatewaySettings:
     max_wait_s: float = 60.0  # the longest long poll
     sweep_s: float = 5.0  # how often lapsed leases are given back while callers wait
     roll_check_s: float = 1.0  # how often idle rolling batches are sealed
+    # the proxies whose X-Forwarded-For names the caller (networks, `trusted_proxies`); none: the peer is the caller
+    forwarded_allow_ips: tuple[str, ...] = ()
+
+
+def trusted_proxies(text: str | None) -> tuple[str, ...]:
+    """`--forwarded-allow-ips`: a comma list of addresses or networks (CIDR), each checked; empty trusts none.
+    No `*`: a gateway that trusts every peer's header logs whatever address a caller claims."""
+    out = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            out.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise InvalidInput(f"{item!r:.100} is not an IP address or network (CIDR) of a proxy") from None
+    return tuple(out)
 
 
 @dataclass(frozen=True)

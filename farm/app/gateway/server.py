@@ -1,5 +1,6 @@
-"""Serving the gateway with uvicorn: its settings from the farm's, and an access log that never shows a
-token (tokens travel in paths for OpenRLHF and verl)."""
+"""Serving the gateway with uvicorn: its settings from the farm's. The access log is the application's own
+(farm.app.gateway.access_log: no token in any form), and so is the trust in forwarded addresses (only from
+`forwarded_allow_ips`); uvicorn's own are off, whatever its environment (FORWARDED_ALLOW_IPS) says."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from farm.store.engine import open_store
 
 
 class RedactTokens(logging.Filter):
+    """For uvicorn's error log, which quotes no request line of ours: anything shaped like a token is masked."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
             record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
@@ -28,8 +31,7 @@ def serve(farm: Settings, host: str, port: int, settings: GatewaySettings = Gate
     engine = open_store(farm, url=database_url)
     app = create_app(lambda: AsyncRewardClient(farm), Directory.of_engine(engine, settings.auth_ttl_s), settings,
                      engine)
-    for name in ("uvicorn.access", "uvicorn.error"):
-        logging.getLogger(name).addFilter(RedactTokens())
+    logging.getLogger("uvicorn.error").addFilter(RedactTokens())
     # h11's cap on a request head: headers beyond it are refused with 400 before the app sees them
     uvicorn.run(app, host=host, port=port, http="h11", h11_max_incomplete_event_size=64 * 1024, timeout_keep_alive=30,
-                log_level="info")
+                log_level="info", access_log=False, proxy_headers=False)
