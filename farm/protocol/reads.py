@@ -39,6 +39,11 @@ def request_states(redis: Any, keys: Keys, batch_id: str) -> Any:
     return redis.hgetall(keys.batch(batch_id, Part.req))
 
 
+def stored_result(redis: Any, keys: Keys, batch_id: str, request_id: str) -> Any:
+    """One finished request's result JSON (None while it is not finished)."""
+    return redis.hget(keys.batch(batch_id, Part.res), request_id)
+
+
 def stored_results(redis: Any, keys: Keys, batch_id: str) -> Any:
     """Request -> its result's JSON, for every request finished."""
     return redis.hgetall(keys.batch(batch_id, Part.res))

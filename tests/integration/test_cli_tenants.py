@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from farm.app.cli import main
+from farm.app.gateway.config import protocols
 from farm.store import engine as store
 from farm.store.tenants import authenticate, get_tenant
 
@@ -82,6 +83,21 @@ def test_a_bad_config_is_refused_and_nothing_changes(env, db, config, needle):
     assert result.exit_code == 1 and needle in result.output
     tenant = get_tenant(db, "acme")
     assert tenant.config == {} and tenant.limits.open_batches == 64
+
+
+def test_set_no_replay_identical_turns_replay_off_for_both_protocols_and_keeps_the_rest(env, db):
+    farm(env, "create", "acme", "--config", '{"openrlhf": {"batch_size": 512}}')
+    result = farm(env, "set", "acme", "--no-replay-identical")
+    assert result.exit_code == 0, result.output
+    assert get_tenant(db, "acme").config == {"openrlhf": {"batch_size": 512, "replay_identical": False},
+                                             "sandbox_fusion": {"replay_identical": False}}
+    assert farm(env, "set", "acme", "--replay-identical").exit_code == 0
+    assert get_tenant(db, "acme").config["sandbox_fusion"] == {"replay_identical": True}
+
+
+def test_create_may_turn_replay_off_from_the_start(env, db):
+    assert farm(env, "create", "acme", "--no-replay-identical").exit_code == 0
+    assert protocols(get_tenant(db, "acme").config).sandbox_fusion.replay_identical is False
 
 
 def test_an_unknown_tenant_is_a_clear_error(env):

@@ -66,7 +66,7 @@ def test_a_retried_sample_joins_the_batch_it_joined_before_without_counting_twic
         others = [await roller.join(r, 1, "openrlhf", ROLL, f"o{i}", 102.0) for i in range(2)]
         return a, again, others
     a, again, others = run(redis_url, namespace, script)
-    assert again == a
+    assert (again.batch_id, again.request_id, again.seen) == (a.batch_id, a.request_id, True)
     assert [o.batch_id for o in others] == [a.batch_id, a.batch_id]  # the retry took no place of its own
 
 
@@ -77,3 +77,26 @@ def test_tenants_and_protocols_roll_apart(redis_url, namespace):
     joined = run(redis_url, namespace, script)
     assert joined[0].batch_id.startswith("openrlhf-") and joined[2].batch_id.startswith("sandbox_fusion-")
     assert all(j.seal is None for j in joined)
+
+
+def test_a_sample_whose_result_is_stale_joins_afresh_as_a_rerun_and_concurrent_retries_find_it(redis_url, namespace):
+    async def script(r, roller):
+        first = await roller.join(r, 1, "openrlhf", ROLL, "k" * 40, 100.0)
+        seen = await roller.join(r, 1, "openrlhf", ROLL, "k" * 40, 101.0)
+        rerun = await roller.join(r, 1, "openrlhf", ROLL, "k" * 40, 102.0, stale=seen)
+        racing = await roller.join(r, 1, "openrlhf", ROLL, "k" * 40, 103.0, stale=seen)
+        return first, seen, rerun, racing
+    first, seen, rerun, racing = run(redis_url, namespace, script)
+    assert not first.seen and seen.seen and seen.request_id == first.request_id == "k" * 32
+    assert rerun.request_id == "k" * 32 + "-r1" and not rerun.seen and rerun.batch_id == first.batch_id
+    assert racing.seen and racing.request_id == rerun.request_id  # the rerun is made once
+
+
+def test_a_batch_that_ended_without_its_samples_is_rolled_past_once(redis_url, namespace):
+    async def script(r, roller):
+        first = await roller.join(r, 1, "openrlhf", ROLL, "a", 100.0)
+        moved = [await roller.roll_past(r, 1, "openrlhf", first) for _ in range(2)]
+        after = await roller.join(r, 1, "openrlhf", ROLL, "b", 101.0)
+        return first, moved, after
+    first, moved, after = run(redis_url, namespace, script)
+    assert moved == [True, False] and after.index == first.index + 1 and after.seal is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from farm.app.gateway.config import protocols
+from farm.app.gateway.config import protocols, with_replay
 from farm.errors import InvalidInput
 
 
@@ -33,3 +33,15 @@ def test_given_keys_override_and_numbers_are_floats_where_meant():
 def test_a_bad_config_is_refused_naming_the_key(config, needle):
     with pytest.raises(InvalidInput, match=needle):
         protocols(config)
+
+
+def test_replay_is_on_by_default_and_a_tenant_may_turn_it_off():
+    assert protocols({}).openrlhf.replay_identical and protocols({}).sandbox_fusion.replay_identical
+    off = protocols(with_replay({"openrlhf": {"batch_size": 8}}, False))
+    assert not off.openrlhf.replay_identical and not off.sandbox_fusion.replay_identical
+    assert off.openrlhf.batch_size == 8
+
+
+def test_replay_takes_only_true_or_false():
+    with pytest.raises(InvalidInput, match="replay_identical"):
+        protocols({"sandbox_fusion": {"replay_identical": 1}})

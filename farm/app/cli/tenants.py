@@ -16,7 +16,7 @@ from rich.table import Table
 
 from farm.app import redis_users
 from farm.app.cli.db import database_option, open_engine
-from farm.app.gateway.config import protocols
+from farm.app.gateway.config import protocols, with_replay
 from farm.config import from_env
 from farm.errors import InvalidInput
 from farm.store.engine import StoreError
@@ -66,6 +66,9 @@ def limit_options(fn):
                                  ("queued-requests", "Requests outstanding over all its batches."),
                                  ("payload-bytes", "One request's payload, as JSON."))):
         fn = click.option(f"--{name}", type=click.IntRange(min=1), default=None, help=help_)(fn)
+    fn = click.option("--replay-identical/--no-replay-identical", "replay", default=None,
+                      help="Answer an identical /get_reward sample or /run_code run within the hour from the first "
+                           "one's result (the default; never a result the farm caused), or run every call.")(fn)
     return click.option("--config", "config_json", default=None, metavar="JSON",
                         help='Protocol settings, e.g. \'{"openrlhf": {"batch_size": 512, "pipeline": "math"}}\'.')(fn)
 
@@ -76,16 +79,21 @@ def _limits(base: TenantLimits, open_batches, queued_requests, payload_bytes) ->
     return TenantLimits.from_dict({**base.to_dict(), **given}) if given else None
 
 
-def _config(config_json: str | None) -> dict[str, Any] | None:
-    if config_json is None:
+def _config(config_json: str | None, replay: bool | None = None, stored: Any = None) -> dict[str, Any] | None:
+    """The config to store: `--config` (else `stored`), with `--[no-]replay-identical` in every section; None
+    when neither is given."""
+    if config_json is None and replay is None:
         return None
     try:
-        config = json.loads(config_json)
+        config = json.loads(config_json) if config_json is not None else dict(stored or {})
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"--config is not JSON: {exc}") from exc
     if not isinstance(config, dict):
         raise click.ClickException("--config must be a JSON object")
     try:
+        if replay is not None:
+            protocols(config)  # its sections are objects before the setting goes into them
+            config = with_replay(config, replay)
         protocols(config)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from exc
@@ -128,11 +136,11 @@ def tenants() -> None:
 @click.option("--operator", is_flag=True, help="An operator: its token opens the gateway's farm page (/ui), which shows "
               "every tenant's batches, the pools, costs and knobs.")
 @json_option
-def create(name, database_url, open_batches, queued_requests, payload_bytes, config_json, redis_user, redis_url,
-           operator, as_json) -> None:
+def create(name, database_url, open_batches, queued_requests, payload_bytes, replay, config_json, redis_user,
+           redis_url, operator, as_json) -> None:
     """A new tenant and its API token."""
     limits = _run(_limits, TenantLimits(), open_batches, queued_requests, payload_bytes)
-    config = _config(config_json)
+    config = _config(config_json, replay)
     if redis_user and not redis_url:
         raise click.UsageError("--redis-user needs the farm's Redis: --redis-url or FARM_REDIS_URL")
     tenant, token = _run(create_tenant, open_engine(database_url), name, limits=limits, config=config,
@@ -176,12 +184,14 @@ def list_(database_url, as_json) -> None:
 @database_option
 @limit_options
 @json_option
-def set_(name, database_url, open_batches, queued_requests, payload_bytes, config_json, as_json) -> None:
+def set_(name, database_url, open_batches, queued_requests, payload_bytes, replay, config_json, as_json) -> None:
     """Change a tenant's limits or config (only what is given)."""
-    if (open_batches, queued_requests, payload_bytes, config_json) == (None, None, None, None):
-        raise click.UsageError("nothing to set: give --open-batches, --queued-requests, --payload-bytes or --config")
-    config = _config(config_json)  # checked before anything is read or written
+    if (open_batches, queued_requests, payload_bytes, config_json, replay) == (None,) * 5:
+        raise click.UsageError("nothing to set: give --open-batches, --queued-requests, --payload-bytes, --config "
+                               "or --[no-]replay-identical")
+    _config(config_json)  # checked before anything is read or written
     engine = open_engine(database_url)
+    config = _config(config_json, replay, _run(get_tenant, engine, name).config if replay is not None else None)
     # the limits not given keep their stored values (an operator's command: no concurrent writer to race)
     limits = _run(_limits, _run(get_tenant, engine, name).limits, open_batches, queued_requests, payload_bytes)
     tenant = _run(update_tenant, engine, name, limits=limits, config=config)

@@ -50,6 +50,7 @@ class OpenRLHF:
     wait_s: float = 170.0  # answer within OpenRLHF's 180 s; a retry of the same sample waits on
     response: str = "completion"  # 'completion': the query without its prompt; 'query': all of it
     extra: Mapping[str, Any] = field(default_factory=dict)  # merged into every payload, e.g. {"reward": "fraction"}
+    replay_identical: bool = True  # an identical sample within the hour is answered from the first's result
 
     @property
     def rolling(self) -> Rolling:
@@ -64,6 +65,7 @@ class SandboxFusion:
     batch_size: int = 64
     rollover_s: float = 5.0
     wait_s: float = 25.0  # verl gives up after 30 s and retries only a 504, which it gets at this point
+    replay_identical: bool = True  # an identical run within the hour is answered from the first's result
 
     @property
     def rolling(self) -> Rolling:
@@ -82,7 +84,9 @@ def _section(cls, data: Any, name: str):
     out = cls()
     for key, value in data.items():
         default = getattr(out, key)
-        if isinstance(default, str):
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, str):
             ok = isinstance(value, str) and bool(value)
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
@@ -104,6 +108,13 @@ class TenantProtocols:
 
 
 SECTIONS = {"openrlhf": OpenRLHF, "sandbox_fusion": SandboxFusion}
+REPLAY = "replay_identical"  # the key, in every section, that turns answering identical calls from memory off
+
+
+def with_replay(config: Mapping[str, Any] | None, replay: bool) -> dict[str, Any]:
+    """The config with `replay_identical` set in every protocol's section (`farm tenants set --no-replay-identical`)."""
+    config = dict(config or {})
+    return {**config, **{name: {**dict(config.get(name) or {}), REPLAY: replay} for name in SECTIONS}}
 
 
 def protocols(config: Mapping[str, Any] | None) -> TenantProtocols:

@@ -5,7 +5,9 @@ batch (`farm.app.gateway.rolling`) and the call answers once their results are i
 Answers `{"rewards": [...], "scores": [...], "extra_logs": {"farm_ok": [...], "farm_masked": [...]}}`.
 OpenRLHF has no way to leave a sample out: a result that says nothing of the response (infra error,
 cancelled, invalid input) scores 0 and counts in `farm_masked`, which OpenRLHF logs with the step. A call
-that outlives `wait_s` gets 504, so OpenRLHF tries again, and the retry waits on the same requests.
+that outlives `wait_s` gets 504, so OpenRLHF tries again, and the retry waits on the same requests. An
+identical sample within the hour is answered from the first one's result, never from one the farm caused
+(`rolling.runs_again`; the tenant's `replay_identical` turns it off).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ async def get_reward(body: RewardCall, c: Caller = Depends(caller), g: Gateway =
     payloads = [sample_payload(config, q, p, label) for q, p, label in zip(body.query, body.prompts, body.labels)]
     try:
         results: list[Result] = await asyncio.gather(*(
-            g.one(c, "openrlhf", config.rolling, sample_key(config.task, config.pipeline, p), p, config.wait_s)
+            g.one(c, "openrlhf", config.rolling, sample_key(config.task, config.pipeline, p), p, config.wait_s,
+                  config.replay_identical)
             for p in payloads))
     except (TimeoutError, asyncio.TimeoutError):
         return JSONResponse({"error": {"type": "Timeout", "message": f"results not ready within {config.wait_s:g} s;"

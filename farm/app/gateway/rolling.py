@@ -5,7 +5,9 @@ opens the next batch. The planner sees every batch's size at its first sample: t
 
 The decision is one Lua script on the farm's Redis (farm/protocol/lua/roll_join.lua), so any number of
 gateway processes agree on it. A sample is known by a key of its content: a retried call (or an identical
-sample) joins the batch it joined before and maps to the same request, whatever gateway process it reaches.
+sample) joins the batch it joined before and maps to the same request, whatever gateway process it reaches,
+for an hour (`KEY_TTL_S`). `runs_again` says when it must not: a result the farm caused is never replayed, nor
+any finished one for a tenant whose config turns replay off.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from farm.protocol.keys import ROLL, Keys
-from farm.protocol.scripts import ROLL_IDLE, ROLL_JOIN, SOURCES, run
+from farm.protocol.scripts import ROLL_IDLE, ROLL_JOIN, ROLL_PAST, SOURCES, run
+from farm.results import Result, Status
 
 KEY_TTL_S = 3600  # how long a retried sample still finds its request (OpenRLHF gives up after 5 tries of 180 s)
+FARM_CAUSED = frozenset({Status.INFRA_ERROR, Status.CANCELLED})  # what befell the sample, not what it is
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,27 @@ def sample_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def runs_again(stored: Result | None, replay: bool) -> bool:
+    """Whether a call that found its sample's request already finished (`stored`; None: still running, and the
+    call waits on it) runs the sample again rather than answer with that result."""
+    return stored is not None and (not replay or stored.status in FARM_CAUSED)
+
+
+def rerun_id(request_id: str) -> str:
+    """The request of a sample's next run: `<key>-r1`, `<key>-r2`, ... after the first, `<key>`."""
+    key, _, run_no = request_id.partition("-r")
+    return f"{key}-r{int(run_no or 0) + 1}"
+
+
 @dataclass(frozen=True)
 class Joined:
     batch_id: str  # the tenant's name of the batch (not yet scoped)
     request_id: str
     seal: str | None  # a batch this sample closed by arriving after an idle gap: seal it
+    seen: bool = False  # the sample had joined before (a retry, or an identical call): its request may be done
+    value: str = ""  # what the sample is joined as, for `join(stale=...)`
+    epoch: str = ""  # the batch's place among the tenant's rolling batches, for `roll_past`
+    index: int = 0
 
 
 class Roller:
@@ -54,18 +74,31 @@ class Roller:
         self.keys = Keys(namespace)
         self._join = redis.register_script(SOURCES[ROLL_JOIN.name])
         self._idle = redis.register_script(SOURCES[ROLL_IDLE.name])
+        self._past = redis.register_script(SOURCES[ROLL_PAST.name])
 
     def state_key(self, tenant_id: int, protocol: str) -> str:
         return self.keys.roll(tenant_id, protocol)
 
-    async def join(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, now: float) -> Joined:
+    async def join(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, now: float,
+                   stale: Joined | None = None) -> Joined:
+        """The sample's batch and request; `stale`: what it joined before, whose result is not to be replayed
+        (it joins afresh, as that request's rerun, unless a concurrent call did so first)."""
         epoch = str(int(now * 1000))
-        index, epoch, seal = await run(self._join, self.namespace, ROLL_JOIN.call(
+        index, epoch, seal, request, value, seen = await run(self._join, self.namespace, ROLL_JOIN.call(
             tenant=tenant_id, protocol=protocol, sample=key, at=repr(now), size=rolling.batch_size,
-            rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch), redis)
+            rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch,
+            request=key[:32] if stale is None else rerun_id(stale.request_id),
+            stale=stale.value if stale is not None else ""), redis)
         await redis.sadd(self.keys.rolls, self.state_key(tenant_id, protocol))
         sealed = rolling.batch_id(protocol, epoch, int(seal)) if int(seal) >= 0 else None
-        return Joined(rolling.batch_id(protocol, epoch, int(index)), key[:32], sealed)
+        return Joined(rolling.batch_id(protocol, epoch, int(index)), request, sealed, bool(int(seen)), value, epoch,
+                      int(index))
+
+    async def roll_past(self, redis, tenant_id: int, protocol: str, joined: Joined) -> bool:
+        """The sample's batch ended without it (cancelled, abandoned): if it is still the tenant's current one,
+        the next sample opens the next (else every sample would join a batch that takes none)."""
+        return bool(await run(self._past, self.namespace, ROLL_PAST.call(
+            tenant=tenant_id, protocol=protocol, epoch=joined.epoch, index=joined.index), redis))
 
     async def forget(self, redis, tenant_id: int, protocol: str, key: str) -> None:
         """The sample's batch ended without it: it is new again, for the current batch to take."""

@@ -5,7 +5,9 @@
 Each call is one request of the `run_code` pipeline (`workers.pipelines.code.run_code`), in the tenant's rolling
 batch. As SandboxFusion answers: HTTP 200 with `status` Success, Failed or SandboxError; a language outside
 SandboxFusion's list is refused with 422 as SandboxFusion's own validation does. A run whose result is not
-in within `wait_s` answers 504, which verl retries: the retry waits on the same request.
+in within `wait_s` answers 504, which verl retries: the retry waits on the same request. An identical run
+within the hour is answered from the first one's result, never from one the farm caused (`rolling.runs_again`;
+the tenant's `replay_identical` turns it off).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ async def run_code(body: RunCodeRequest, c: Caller = Depends(caller), g: Gateway
     payload = body.model_dump()
     try:
         result = await g.one(c, "sandbox_fusion", config.rolling, sample_key("run_code", payload), payload,
-                             config.wait_s)
+                             config.wait_s, config.replay_identical)
     except TimeoutError:
         return JSONResponse({"detail": f"the run did not finish within {config.wait_s:g} s; calling again waits "
                                        "on the same run"}, 504)

@@ -5,6 +5,7 @@ in the tenant's names and within its limits. The HTTP routes only translate to a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
@@ -15,7 +16,7 @@ from farm.app.gateway.auth import Directory
 from farm.app.gateway.config import GatewaySettings, TenantProtocols, protocols
 from farm.app.gateway.hub import ResultHub
 from farm.app.gateway.limits import Limits, check_payload
-from farm.app.gateway.rolling import Roller, Rolling
+from farm.app.gateway.rolling import Joined, Roller, Rolling, runs_again
 from farm.client.aio import AsyncBatch, AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, done_entries
 from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
@@ -191,23 +192,25 @@ class Gateway:
     # -- one sample per call (OpenRLHF, SandboxFusion)
 
     async def one(self, caller: Caller, protocol: str, rolling: Rolling, key: str, payload: Any,
-                  wait_s: float, again: bool = True) -> Result:
+                  wait_s: float, replay: bool = True, again: bool = True) -> Result:
         """Join the tenant's rolling batch of `protocol` with one request and wait for its result (a
-        retried call finds the same request); TimeoutError after `wait_s`."""
+        retried call finds the same request; `rolling.runs_again` says when it runs it again instead);
+        TimeoutError after `wait_s`."""
         try:
-            return await self._one(caller, protocol, rolling, key, payload, wait_s)
+            return await self._one(caller, protocol, rolling, key, payload, wait_s, replay)
         except LookupError as exc:
             # its batch was sealed between its joining and its submit, and ended without it: it joins the
             # current batch (once: a second time means something else is wrong)
             if not again:
                 raise FarmError(f"the request was not taken by its batch: {exc}") from exc
             await self.client.call(lambda r: self.roller.forget(r, caller.tenant.id, protocol, key))
-            return await self.one(caller, protocol, rolling, key, payload, wait_s, again=False)
+            return await self.one(caller, protocol, rolling, key, payload, wait_s, replay, again=False)
 
     async def _one(self, caller: Caller, protocol: str, rolling: Rolling, key: str, payload: Any,
-                   wait_s: float) -> Result:
-        joined = await self.client.call(lambda r: self.roller.join(r, caller.tenant.id, protocol, rolling, key,
-                                                                   time.time()))
+                   wait_s: float, replay: bool) -> Result:
+        joined = await self._join(caller, protocol, rolling, key)
+        if joined.seen and runs_again(await self._stored(caller, joined), replay):
+            joined = await self._join(caller, protocol, rolling, key, stale=joined)
         if joined.seal is not None:
             await self._seal_quietly(caller.scope.batch(joined.seal))
         check_payload(joined.request_id, payload, caller.tenant.limits.payload_bytes)
@@ -221,7 +224,22 @@ class Gateway:
             await batch.submit(joined.request_id, payload)  # a retried sample is a duplicate: a no-op
         except BatchClosed:
             pass  # sealed after this sample joined it (it arrived before, as a retry does): its result is there
-        return await self.hub.wait(farm_id, joined.request_id, wait_s)
+        try:
+            return await self.hub.wait(farm_id, joined.request_id, wait_s)
+        except LookupError:  # its batch ended without it: samples to come must not join that batch
+            await self.client.call(lambda r: self.roller.roll_past(r, caller.tenant.id, protocol, joined))
+            raise
+
+    async def _join(self, caller: Caller, protocol: str, rolling: Rolling, key: str,
+                    stale: Joined | None = None) -> Joined:
+        return await self.client.call(lambda r: self.roller.join(r, caller.tenant.id, protocol, rolling, key,
+                                                                 time.time(), stale))
+
+    async def _stored(self, caller: Caller, joined: Joined) -> Result | None:
+        """The result the sample's request already has, if it finished."""
+        farm_id, keys = caller.scope.batch(joined.batch_id), self.client.session.keys
+        stored = await self.client.call(lambda r: reads.stored_result(r, keys, farm_id, joined.request_id))
+        return None if stored is None else Result.from_dict(json.loads(stored))
 
     async def _seal_quietly(self, farm_id: str) -> None:
         try:

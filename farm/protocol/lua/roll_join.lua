@@ -1,12 +1,16 @@
 -- a sample joins the tenant's rolling batch of `protocol` (farm.app.gateway.rolling): the current one until it
 -- holds `size` samples or none came for `rollover` seconds, then the next. A sample seen before joins the batch
--- it joined then (its key lasts `ttl` seconds). `epoch`: the tenant's first batch's epoch, when it has none yet.
--- Returns {index, epoch, index to seal or -1}.
+-- and request it joined then (its key lasts `ttl` seconds), unless what it joined then is `stale` (the caller
+-- saw that request's result must not be replayed): then it joins afresh as `request`. `epoch`: the tenant's
+-- first batch's epoch, when it has none yet.
+-- Returns {index, epoch, index to seal or -1, request, what the sample is joined as (`stale` names it), 1 if seen before}.
 local state, joined = roll_key(tenant, protocol), roll_sample_key(tenant, protocol, sample)
 local known = redis.call('GET', joined)
-if known then
-  local sep = string.find(known, ':', 1, true)
-  return {tonumber(string.sub(known, sep + 1)), string.sub(known, 1, sep - 1), -1}
+if known and known ~= stale then
+  local first = string.find(known, ':', 1, true)
+  local second = string.find(known, ':', first + 1, true)
+  local rid = second and string.sub(known, second + 1) or string.sub(sample, 1, 32)  -- a key from before requests were kept
+  return {tonumber(string.sub(known, first + 1, (second or 0) - 1)), string.sub(known, 1, first - 1), -1, rid, known, 1}
 end
 local t, most, idle = tonumber(at), tonumber(size), tonumber(rollover)
 local f = redis.call('HMGET', state, 'epoch', 'index', 'count', 'last')
@@ -19,5 +23,6 @@ if count > 0 and (count >= most or t - last > idle) then
 end
 redis.call('HSET', state, 'epoch', current, 'index', index, 'count', count + 1, 'last', t, 'size', most,
            'rollover', idle)
-redis.call('SET', joined, current .. ':' .. index, 'EX', ttl)
-return {index, current, seal}
+local value = current .. ':' .. index .. ':' .. request
+redis.call('SET', joined, value, 'EX', ttl)
+return {index, current, seal, request, value, 0}
