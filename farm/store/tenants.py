@@ -13,7 +13,7 @@ import re
 import secrets
 from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -153,6 +153,16 @@ def revoke_tenant(engine: Engine, name: str, *, now: float) -> Tenant:
         if row.revoked_at is None:
             conn.execute(update(TenantRow).where(TenantRow.id == row.id).values(revoked_at=now))
         return _tenant(_row(conn, name))
+
+
+def revoked_among(engine: Engine, tenant_ids: Iterable[int]) -> set[int]:
+    """Which of these tenants are revoked (a gateway asks for those it has calls waiting for)."""
+    ids = sorted({int(i) for i in tenant_ids})
+    if not ids:
+        return set()
+    with engine.connect() as conn:
+        rows = conn.execute(select(TenantRow.id).where(TenantRow.id.in_(ids), TenantRow.revoked_at.is_not(None)))
+        return {row.id for row in rows}
 
 
 def update_tenant(engine: Engine, name: str, *, limits: TenantLimits | None = None,

@@ -100,6 +100,30 @@ def test_create_may_turn_replay_off_from_the_start(env, db):
     assert protocols(get_tenant(db, "acme").config).sandbox_fusion.replay_identical is False
 
 
+def test_revoke_cancel_cancels_its_open_batches_and_no_one_elses(env, db, settings, monkeypatch):
+    from farm.app import tenant_batches
+    from farm.client.sync import RewardClient
+    monkeypatch.setattr(tenant_batches, "SETTLE_S", 0.0)
+    ids = {name: json.loads(farm(env, "create", name, "--json").output)["id"] for name in ("acme", "other")}
+    with RewardClient(settings, keep_alive=False) as client:
+        batches = {name: client.open_batch(f"t{i}.t", "synthetic", 2, f"t{i}:b") for name, i in ids.items()}
+        for batch in batches.values():
+            batch.submit("r0", {"times": [1, 0]})  # no worker runs: it stays queued
+        result = farm({**env, "FARM_NAMESPACE": settings.namespace}, "revoke", "acme", "--cancel",
+                      "--redis-url", settings.redis_url)
+        assert result.exit_code == 0, result.output
+        assert f"cancelled its 1 open batches: t{ids['acme']}:b" in result.output
+        assert batches["acme"].progress().state == "cancelled" and batches["other"].progress().state == "open"
+        assert [r.status.value for r in batches["acme"].as_completed(timeout=5)] == ["cancelled"]
+
+
+def test_revoke_cancel_without_the_farms_redis_is_refused_before_anything_changes(env, db):
+    farm(env, "create", "acme")
+    result = CliRunner().invoke(main, ["tenants", "revoke", "acme", "--cancel"], env={**env, "FARM_REDIS_URL": ""})
+    assert result.exit_code == 2 and "--cancel needs the farm's Redis" in result.output
+    assert get_tenant(db, "acme").active
+
+
 def test_an_unknown_tenant_is_a_clear_error(env):
     result = farm(env, "revoke", "ghost")
     assert result.exit_code == 1 and "no tenant named 'ghost'" in result.output

@@ -14,7 +14,7 @@ import redis as redis_lib
 from rich.console import Console
 from rich.table import Table
 
-from farm.app import redis_users
+from farm.app import redis_users, tenant_batches
 from farm.app.cli.db import database_option, open_engine
 from farm.app.gateway.config import protocols, with_replay
 from farm.config import from_env
@@ -203,15 +203,24 @@ def set_(name, database_url, open_batches, queued_requests, payload_bytes, repla
 @click.argument("name")
 @database_option
 @redis_option
-def revoke(name, database_url, redis_url) -> None:
-    """Its token stops working (within the gateways' few seconds of cache), and its Redis user goes."""
+@click.option("--cancel", is_flag=True, help="Also cancel its open batches, so their queued requests never run "
+              "(needs the farm's Redis; takes the gateways' few seconds of token cache).")
+def revoke(name, database_url, redis_url, cancel) -> None:
+    """Its token stops working and its calls waiting on the gateways end (within the gateways' few seconds of
+    cache), and its Redis user goes; `--cancel`: its open batches too."""
+    if cancel and not redis_url:
+        raise click.UsageError("--cancel needs the farm's Redis: --redis-url or FARM_REDIS_URL")
     tenant = _run(revoke_tenant, open_engine(database_url), name, now=time.time())
     click.echo(f"tenant {name!r} revoked at {_when(tenant.revoked_at)}")
     if not redis_url:
         click.echo("no Redis named (--redis-url, FARM_REDIS_URL): a Redis user of this tenant, if it has one, is "
                    "still there; run this again with the farm's Redis to delete it", err=True)
-    elif redis_users.withdraw(_redis(redis_url), from_env().namespace, tenant.id):
+        return
+    if redis_users.withdraw(_redis(redis_url), from_env().namespace, tenant.id):
         click.echo("its Redis user is deleted, and its connections closed")
+    if cancel:
+        cancelled = tenant_batches.cancel_open(from_env().with_(redis_url=redis_url), tenant.id)
+        click.echo(f"cancelled its {len(cancelled)} open batches" + (f": {', '.join(cancelled)}" if cancelled else ""))
 
 
 @tenants.command("rotate")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
-from farm.store.tenants import Tenant, authenticate, token_hash
+from farm.store.tenants import Tenant, authenticate, revoked_among, token_hash
 
 # the error log's backstop (the access log is built from routes: farm.app.gateway.access_log): a token's shape
 TOKEN_LIKE = re.compile(r"(?i)(/t/)[^/\s?\"']+|\brf_[A-Za-z0-9_%-]+")
@@ -27,16 +27,26 @@ class Forbidden(Exception):
 
 
 class Directory:
-    """Tenants by token, cached; `lookup` is the store's `authenticate` (blocking, run in a thread)."""
+    """Tenants by token, cached; `lookup` is the store's `authenticate`, `revoked_among` says which of some
+    tenants are revoked (both blocking, run in a thread)."""
 
     def __init__(self, lookup: Callable[[str], Tenant | None], ttl_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.lookup, self.ttl_s, self.clock = lookup, ttl_s, clock
+                 clock: Callable[[], float] = time.monotonic,
+                 revoked_among: Callable[[Collection[int]], set[int]] = lambda ids: set()) -> None:
+        self.lookup, self.ttl_s, self.clock, self.revoked_among = lookup, ttl_s, clock, revoked_among
         self._cache: dict[str, tuple[float, Tenant | None]] = {}
 
     @classmethod
     def of_engine(cls, engine: Any, ttl_s: float = 5.0) -> "Directory":
-        return cls(lambda token: authenticate(engine, token), ttl_s)
+        return cls(lambda token: authenticate(engine, token), ttl_s,
+                   revoked_among=lambda ids: revoked_among(engine, ids))
+
+    async def revoked(self, tenant_ids: Collection[int]) -> set[int]:
+        """Which of these tenants are revoked; their tokens are forgotten here, so none is trusted any longer."""
+        found = await asyncio.to_thread(self.revoked_among, tenant_ids) if tenant_ids else set()
+        if found:
+            self._cache = {k: v for k, v in self._cache.items() if v[1] is None or v[1].id not in found}
+        return found
 
     async def tenant(self, token: str | None) -> Tenant:
         if not token:

@@ -12,6 +12,7 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
+from farm.app.gateway.auth import Unauthenticated
 from farm.app.gateway.schemas import (
     BatchStatus,
     BulkSubmit,
@@ -77,7 +78,8 @@ async def results(batch_id: str, cursor: str = "0-0", wait_s: float = Query(10.0
             responses={200: {"content": {"application/x-ndjson": {}}}})
 async def results_stream(batch_id: str, request: Request, cursor: str = "0-0", c: Caller = Depends(caller),
                          g: Gateway = Depends(gateway)) -> StreamingResponse:
-    """Results as they finish, one JSON object per line, then `{"end": state}` when the batch ends."""
+    """Results as they finish, one JSON object per line, then `{"end": state}` when the batch ends; a
+    tenant revoked meanwhile gets `{"error": {...}}` as the last line."""
     first = await g.results(c, batch_id, cursor, 0.0, 1000)  # refuses a batch that is not there before streaming
 
     async def lines() -> AsyncIterator[bytes]:
@@ -91,7 +93,11 @@ async def results_stream(batch_id: str, request: Request, cursor: str = "0-0", c
                 return
             if await request.is_disconnected():
                 return
-            page = await g.results(c, batch_id, page.cursor, 5.0, 1000)
+            try:
+                page = await g.results(c, batch_id, page.cursor, 5.0, 1000)
+            except Unauthenticated as exc:
+                yield json.dumps({"error": {"type": "Unauthenticated", "message": str(exc)}}).encode() + b"\n"
+                return
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 

@@ -16,6 +16,7 @@ from farm.app.gateway.auth import Directory
 from farm.app.gateway.config import GatewaySettings, TenantProtocols, protocols
 from farm.app.gateway.hub import ResultHub
 from farm.app.gateway.limits import Limits, check_payload
+from farm.app.gateway.revocation import Revocations
 from farm.app.gateway.rolling import Joined, Roller, Rolling, runs_again
 from farm.client.aio import AsyncBatch, AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, done_entries
@@ -57,6 +58,7 @@ class Gateway:
             client.keep_alive = None
         self.client, self.directory, self.settings = client, directory, settings
         self.hub = ResultHub(client)
+        self.revocations = Revocations()  # a revoked tenant's waits end (farm.app.gateway.revocation)
         self._limits: Limits | None = None
         self._roller: Roller | None = None
 
@@ -130,7 +132,11 @@ class Gateway:
     # -- results
 
     async def results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int) -> Page:
-        """Results after `cursor`, waiting up to `wait_s` for the first one."""
+        """Results after `cursor`, waiting up to `wait_s` for the first one (Unauthenticated once the tenant
+        is revoked)."""
+        return await self.revocations.guard(caller.tenant.id, self._results(caller, batch_id, cursor, wait_s, limit))
+
+    async def _results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int) -> Page:
         if not _CURSOR.match(cursor):
             raise InvalidInput(f"cursor must be '0-0' or a cursor this API returned, not {cursor!r:.100}")
         farm_id, keys = caller.scope.batch(batch_id), self.client.session.keys
@@ -156,6 +162,10 @@ class Gateway:
                      ) -> tuple[list[tuple[str, list[Result]]], bool]:
         """Every group completed so far, in the order they completed (stable across calls), waiting up to
         `wait_s` for more than `after` of them; and whether the batch has ended."""
+        return await self.revocations.guard(caller.tenant.id, self._groups(caller, batch_id, after, wait_s))
+
+    async def _groups(self, caller: Caller, batch_id: str, after: int, wait_s: float
+                      ) -> tuple[list[tuple[str, list[Result]]], bool]:
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.settings.max_wait_s)
         farm_id = caller.scope.batch(batch_id)
         await self._touch(farm_id)
@@ -195,9 +205,10 @@ class Gateway:
                   wait_s: float, replay: bool = True, again: bool = True) -> Result:
         """Join the tenant's rolling batch of `protocol` with one request and wait for its result (a
         retried call finds the same request; `rolling.runs_again` says when it runs it again instead);
-        TimeoutError after `wait_s`."""
+        TimeoutError after `wait_s`, Unauthenticated once the tenant is revoked."""
         try:
-            return await self._one(caller, protocol, rolling, key, payload, wait_s, replay)
+            return await self.revocations.guard(caller.tenant.id,
+                                                self._one(caller, protocol, rolling, key, payload, wait_s, replay))
         except LookupError as exc:
             # its batch was sealed between its joining and its submit, and ended without it: it joins the
             # current batch (once: a second time means something else is wrong)
@@ -262,10 +273,20 @@ class Gateway:
                 sealed += 1
         return sealed
 
+    async def end_revoked(self) -> set[int]:
+        """End the waits of tenants revoked since they began; those tenants."""
+        revoked = await self.directory.revoked(self.revocations.waiting())
+        for tenant_id in revoked:
+            self.revocations.revoke(tenant_id)
+        return revoked
+
     async def upkeep(self) -> None:
-        last_sweep = 0.0
+        last_sweep = last_revoked = 0.0
         while True:
-            try:
+            try:  # first: it needs the store only, not the farm
+                if time.monotonic() - last_revoked >= self.settings.auth_ttl_s:  # as often as lookups renew
+                    await self.end_revoked()
+                    last_revoked = time.monotonic()
                 await self.seal_idle()
                 if time.monotonic() - last_sweep >= self.settings.sweep_s:
                     await self.client.sweep()  # leases of workers that died return to the queues
