@@ -17,6 +17,7 @@ from farm.store.tenants import (
     get_tenant,
     list_tenants,
     revoke_tenant,
+    revoked_among,
     rotate_token,
     token_hash,
     update_tenant,
@@ -45,6 +46,14 @@ def test_a_revoked_tenants_token_no_longer_authenticates_and_revoking_again_keep
     again = revoke_tenant(engine, "acme", now=9.0)
     assert authenticate(engine, token) is None
     assert first.revoked_at == again.revoked_at == 5.0 and not again.active
+
+
+def test_revoked_among_names_only_the_revoked_of_the_tenants_asked_about(engine):
+    ids = {name: create_tenant(engine, name, now=1.0)[0].id for name in ("a", "b", "c")}
+    revoke_tenant(engine, "a", now=2.0)
+    revoke_tenant(engine, "c", now=2.0)
+    assert revoked_among(engine, [ids["a"], ids["b"]]) == {ids["a"]}
+    assert revoked_among(engine, []) == set() and revoked_among(engine, [999]) == set()
 
 
 def test_a_second_tenant_with_the_same_name_is_refused(engine):

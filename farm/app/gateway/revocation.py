@@ -35,6 +35,8 @@ class Revocations:
         """`work`'s result, unless the tenant is revoked first: then `work` is cancelled and Unauthenticated
         raised."""
         if tenant_id in self._revoked:
+            if asyncio.iscoroutine(work):
+                work.close()  # never started
             raise Unauthenticated(REVOKED)
         event, count = self._waiting.get(tenant_id, (asyncio.Event(), 0))
         self._waiting[tenant_id] = (event, count + 1)

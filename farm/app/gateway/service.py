@@ -210,8 +210,8 @@ class Gateway:
             return await self.revocations.guard(caller.tenant.id,
                                                 self._one(caller, protocol, rolling, key, payload, wait_s, replay))
         except LookupError as exc:
-            # its batch was sealed between its joining and its submit, and ended without it: it joins the
-            # current batch (once: a second time means something else is wrong)
+            # its batch was sealed between its joining and its submit, or cancelled, and ended without it: it
+            # joins the current batch (once: a second time means something else is wrong)
             if not again:
                 raise FarmError(f"the request was not taken by its batch: {exc}") from exc
             await self.client.call(lambda r: self.roller.forget(r, caller.tenant.id, protocol, key))
