@@ -33,9 +33,15 @@ class TenantError(ValueError):
 
 @dataclass(frozen=True)
 class TenantLimits:
-    open_batches: int = 64  # batches open at once
-    queued_requests: int = 100_000  # requests submitted and not yet finished, over all its batches
-    payload_bytes: int = 1 << 20  # one request's payload, encoded as JSON
+    """Each limit's help is what `farm tenants create/set --<limit>` shows (the options are made from these)."""
+
+    open_batches: int = field(default=64, metadata={"help": "Batches open at once."})
+    queued_requests: int = field(default=100_000, metadata={
+        "help": "Requests submitted and not yet finished, over all its batches."})
+    payload_bytes: int = field(default=1 << 20, metadata={"help": "One request's payload, encoded as JSON."})
+    # a waiting call holds no shared connection (gateway.bell), so the bound is on memory and sockets, not on others
+    waiting_calls: int = field(default=256, metadata={
+        "help": "Long polls (results, groups with wait_s) and result streams open at once; 429 past it."})
 
     def __post_init__(self) -> None:
         # checked here, not only in from_dict: a limit of 0 would lock the tenant out with no message saying why

@@ -4,6 +4,7 @@ one, and changes refused whole when anything in them is wrong."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from farm.app.cli import main
 from farm.app.gateway.config import protocols
 from farm.store import engine as store
-from farm.store.tenants import authenticate, get_tenant
+from farm.store.tenants import TenantLimits, authenticate, get_tenant
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +74,16 @@ def test_set_changes_only_what_is_given(env, db):
     assert result.exit_code == 0, result.output
     tenant = get_tenant(db, "acme")
     assert tenant.limits.open_batches == 5 and tenant.config == {"openrlhf": {"batch_size": 512}}
+
+
+@pytest.mark.parametrize("limit", [f.name for f in fields(TenantLimits)])
+def test_every_limit_of_a_tenant_has_an_option_of_create_and_set_and_is_listed(env, db, limit):
+    option = f"--{limit.replace('_', '-')}"
+    assert farm(env, "create", "acme", option, "7").exit_code == 0
+    assert getattr(get_tenant(db, "acme").limits, limit) == 7
+    assert farm(env, "set", "acme", option, "9").exit_code == 0
+    assert getattr(get_tenant(db, "acme").limits, limit) == 9
+    assert json.loads(farm(env, "list", "--json").output)[0]["limits"][limit] == 9
 
 
 @pytest.mark.parametrize("config,needle", [("{nope", "not JSON"), ("[1]", "JSON object"),

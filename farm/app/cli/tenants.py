@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from dataclasses import fields
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,11 +62,13 @@ def _grant(redis_url: str, tenant: Tenant, token: str) -> dict[str, str]:
             "FARM_TENANT": str(tenant.id)}
 
 
+_LIMITS = fields(TenantLimits)  # one option and one column per limit, named and explained where it is defined
+
+
 def limit_options(fn):
-    for name, help_ in reversed((("open-batches", "Batches open at once."),
-                                 ("queued-requests", "Requests outstanding over all its batches."),
-                                 ("payload-bytes", "One request's payload, as JSON."))):
-        fn = click.option(f"--{name}", type=click.IntRange(min=1), default=None, help=help_)(fn)
+    for f in reversed(_LIMITS):
+        fn = click.option(f"--{f.name.replace('_', '-')}", f.name, type=click.IntRange(min=1), default=None,
+                          help=f.metadata["help"])(fn)
     fn = click.option("--replay-identical/--no-replay-identical", "replay", default=None,
                       help="Answer an identical /get_reward sample or /run_code run within the hour from the first "
                            "one's result (the default; never a result the farm caused), or run every call.")(fn)
@@ -73,10 +76,15 @@ def limit_options(fn):
                         help='Protocol settings, e.g. \'{"openrlhf": {"batch_size": 512, "pipeline": "math"}}\'.')(fn)
 
 
-def _limits(base: TenantLimits, open_batches, queued_requests, payload_bytes) -> TenantLimits | None:
-    given = {k: v for k, v in (("open_batches", open_batches), ("queued_requests", queued_requests),
-                               ("payload_bytes", payload_bytes)) if v is not None}
+def _limits(base: TenantLimits, given: dict[str, int | None]) -> TenantLimits | None:
+    """`base` with the limits given on the command line; None when none was."""
+    given = {name: value for name, value in given.items() if value is not None}
     return TenantLimits.from_dict({**base.to_dict(), **given}) if given else None
+
+
+def _given(options: dict[str, Any]) -> dict[str, int | None]:
+    """The limit options out of a command's keyword arguments."""
+    return {f.name: options.pop(f.name) for f in _LIMITS}
 
 
 def _config(config_json: str | None, replay: bool | None = None, stored: Any = None) -> dict[str, Any] | None:
@@ -136,10 +144,9 @@ def tenants() -> None:
 @click.option("--operator", is_flag=True, help="An operator: its token opens the gateway's farm page (/ui), which shows "
               "every tenant's batches, the pools, costs and knobs.")
 @json_option
-def create(name, database_url, open_batches, queued_requests, payload_bytes, replay, config_json, redis_user,
-           redis_url, operator, as_json) -> None:
+def create(name, database_url, replay, config_json, redis_user, redis_url, operator, as_json, **limit_values) -> None:
     """A new tenant and its API token."""
-    limits = _run(_limits, TenantLimits(), open_batches, queued_requests, payload_bytes)
+    limits = _run(_limits, TenantLimits(), _given(limit_values))
     config = _config(config_json, replay)
     if redis_user and not redis_url:
         raise click.UsageError("--redis-user needs the farm's Redis: --redis-url or FARM_REDIS_URL")
@@ -169,12 +176,12 @@ def list_(database_url, as_json) -> None:
         click.echo(json.dumps([_row(t) for t in found], indent=2))
         return
     table = Table(title="tenants", show_header=True)
-    for column in ("id", "name", "token", "created", "revoked", "open batches", "queued", "payload bytes", "config",
+    for column in ("id", "name", "token", "created", "revoked", *(f.name.replace("_", " ") for f in _LIMITS), "config",
                    "operator"):
         table.add_column(column)
     for t in found:
         table.add_row(str(t.id), t.name, f"{t.token_prefix}...", _when(t.created_at), _when(t.revoked_at),
-                      str(t.limits.open_batches), str(t.limits.queued_requests), str(t.limits.payload_bytes),
+                      *(str(getattr(t.limits, f.name)) for f in _LIMITS),
                       json.dumps(dict(t.config)) if t.config else "-", "yes" if t.operator else "-")
     Console().print(table)
 
@@ -184,16 +191,17 @@ def list_(database_url, as_json) -> None:
 @database_option
 @limit_options
 @json_option
-def set_(name, database_url, open_batches, queued_requests, payload_bytes, replay, config_json, as_json) -> None:
+def set_(name, database_url, replay, config_json, as_json, **limit_values) -> None:
     """Change a tenant's limits or config (only what is given)."""
-    if (open_batches, queued_requests, payload_bytes, config_json, replay) == (None,) * 5:
-        raise click.UsageError("nothing to set: give --open-batches, --queued-requests, --payload-bytes, --config "
-                               "or --[no-]replay-identical")
+    given = _given(limit_values)
+    if config_json is None and replay is None and all(value is None for value in given.values()):
+        options = ", ".join(f"--{f.name.replace('_', '-')}" for f in _LIMITS)
+        raise click.UsageError(f"nothing to set: give {options}, --config or --[no-]replay-identical")
     _config(config_json)  # checked before anything is read or written
     engine = open_engine(database_url)
     config = _config(config_json, replay, _run(get_tenant, engine, name).config if replay is not None else None)
     # the limits not given keep their stored values (an operator's command: no concurrent writer to race)
-    limits = _run(_limits, _run(get_tenant, engine, name).limits, open_batches, queued_requests, payload_bytes)
+    limits = _run(_limits, _run(get_tenant, engine, name).limits, given)
     tenant = _run(update_tenant, engine, name, limits=limits, config=config)
     click.echo(json.dumps(_row(tenant)) if as_json else f"tenant {name!r}: limits {tenant.limits.to_dict()}, "
                f"config {json.dumps(dict(tenant.config))}")

@@ -1,6 +1,7 @@
 """Waiting for one request's result when many callers wait on the same batch (OpenRLHF and SandboxFusion
 send one sample per HTTP call): one reader per batch follows its results stream and wakes the callers,
-instead of every caller reading the whole stream (quadratic in the batch size).
+instead of every caller reading the whole stream (quadratic in the batch size). The reader waits on the
+results bell between reads, holding no pooled connection.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import time
 from collections import defaultdict
 
+from farm.app.gateway.bell import ResultsBell, stream_id
 from farm.client.aio import AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, READ_COUNT, done_entries
 from farm.protocol import reads
@@ -32,8 +34,8 @@ class _Watch:
 class ResultHub:
     """`await hub.wait(batch, request, timeout)`: the request's Result, or TimeoutError."""
 
-    def __init__(self, client: AsyncRewardClient) -> None:
-        self.client = client
+    def __init__(self, client: AsyncRewardClient, bell: ResultsBell) -> None:
+        self.client, self.bell = client, bell
         self._watches: dict[str, _Watch] = {}
 
     async def wait(self, batch_id: str, request_id: str, timeout: float) -> Result:
@@ -58,22 +60,25 @@ class ResultHub:
         keys, last = self.client.session.keys, "0-0"
         touched = float("-inf")
         try:
-            # a watch lives while someone waits; what it read stays for callers that come meanwhile
-            while watch.waiters and not watch.ended:
-                if time.monotonic() - touched >= TOUCH_EVERY_S:  # callers waiting on it: its trainers are alive
-                    await self.client.touch([batch_id])
-                    touched = time.monotonic()
-                reply = await self.client.call(
-                    lambda r: reads.results_after(r, keys, batch_id, last, READ_COUNT, int(MAX_BLOCK_S * 1000)))
-                for _, entries in reply or ():
-                    for last, result in done_entries(entries):
-                        if result is None:
-                            watch.ended = True
-                            continue
-                        watch.results[result.request_id] = result
-                        for future in watch.waiters.pop(result.request_id, ()):
-                            if not future.done():
-                                future.set_result(result)
+            async with self.bell.waiting_on(batch_id, last) as bell:
+                # a watch lives while someone waits; what it read stays for callers that come meanwhile
+                while watch.waiters and not watch.ended:
+                    if time.monotonic() - touched >= TOUCH_EVERY_S:  # callers waiting on it: its trainers are alive
+                        await self.client.touch([batch_id])
+                        touched = time.monotonic()
+                    reply = await self.client.call(lambda r: reads.results_after(r, keys, batch_id, last, READ_COUNT))
+                    for _, entries in reply or ():
+                        for last, result in done_entries(entries):
+                            if result is None:
+                                watch.ended = True
+                                continue
+                            watch.results[result.request_id] = result
+                            for future in watch.waiters.pop(result.request_id, ()):
+                                if not future.done():
+                                    future.set_result(result)
+                    if not reply:  # caught up: wait for the bell (or the next touch, or the last caller leaving)
+                        bell.cursor = stream_id(last)
+                        await bell.wait(MAX_BLOCK_S)
             # the batch ended (its results expire, or it was cancelled before these arrived): nothing will come
             self._fail(watch, LookupError(f"batch {batch_id!r} ended without a result for this request"))
         except Exception as exc:  # the farm went away for longer than the client rides out: fail the waiters

@@ -11,6 +11,7 @@ from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from farm.app.gateway.auth import Unauthenticated
 from farm.app.gateway.schemas import (
@@ -25,6 +26,7 @@ from farm.app.gateway.schemas import (
     Submitted,
 )
 from farm.app.gateway.service import Caller, Gateway, items_of, unscoped
+from farm.app.gateway.waiting import unless_gone
 from farm.app.gateway.web import ERRORS, caller, gateway
 from farm.protocol.live import Progress
 
@@ -65,12 +67,13 @@ async def submit_many(batch_id: str, body: BulkSubmit, c: Caller = Depends(calle
 
 
 @router.get("/{batch_id}/results", response_model=ResultsPage)
-async def results(batch_id: str, cursor: str = "0-0", wait_s: float = Query(10.0, ge=0, le=3600),
+async def results(batch_id: str, request: Request, cursor: str = "0-0", wait_s: float = Query(10.0, ge=0, le=3600),
                   limit: int = Query(1000, ge=1, le=10_000), c: Caller = Depends(caller),
                   g: Gateway = Depends(gateway)) -> ResultsPage:
     """Results after `cursor`, in the order they finished; waits up to `wait_s` (at most the gateway's
-    longest poll) for the first one."""
-    page = await g.results(c, batch_id, cursor, wait_s, limit)
+    longest poll) for the first one. A wait counts against the tenant's `waiting_calls` (429 past it) and
+    ends when its caller hangs up."""
+    page = await unless_gone(request, g.results(c, batch_id, cursor, wait_s, limit))
     return ResultsPage(results=[unscoped(c, r) for r in page.results], cursor=page.cursor, complete=page.complete)
 
 
@@ -79,33 +82,47 @@ async def results(batch_id: str, cursor: str = "0-0", wait_s: float = Query(10.0
 async def results_stream(batch_id: str, request: Request, cursor: str = "0-0", c: Caller = Depends(caller),
                          g: Gateway = Depends(gateway)) -> StreamingResponse:
     """Results as they finish, one JSON object per line, then `{"end": state}` when the batch ends; a
-    tenant revoked meanwhile gets `{"error": {...}}` as the last line."""
+    tenant revoked meanwhile gets `{"error": {...}}` as the last line. An open stream counts against the
+    tenant's `waiting_calls` (429 past it, before the stream starts)."""
     first = await g.results(c, batch_id, cursor, 0.0, 1000)  # refuses a batch that is not there before streaming
+    slot = g.waiting.hold(c.tenant)
+    slot.__enter__()  # left by the stream's end, or by the response's background task if the stream never ran
+    left = False
+
+    def leave() -> None:
+        nonlocal left
+        if not left:
+            left = True
+            slot.__exit__(None, None, None)
 
     async def lines() -> AsyncIterator[bytes]:
-        page = first
-        while True:
-            for result in page.results:
-                yield json.dumps(unscoped(c, result)).encode() + b"\n"
-            if page.complete:
-                state = (await g.progress(c, batch_id)).state
-                yield json.dumps({"end": state}).encode() + b"\n"
-                return
-            if await request.is_disconnected():
-                return
-            try:
-                page = await g.results(c, batch_id, page.cursor, 5.0, 1000)
-            except Unauthenticated as exc:
-                yield json.dumps({"error": {"type": "Unauthenticated", "message": str(exc)}}).encode() + b"\n"
-                return
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+        try:
+            page = first
+            while True:
+                for result in page.results:
+                    yield json.dumps(unscoped(c, result)).encode() + b"\n"
+                if page.complete:
+                    state = (await g.progress(c, batch_id)).state
+                    yield json.dumps({"end": state}).encode() + b"\n"
+                    return
+                # the response ends this generator when its caller hangs up (Starlette listens for it)
+                try:
+                    page = await g.results(c, batch_id, page.cursor, 5.0, 1000, hold=False)
+                except Unauthenticated as exc:
+                    yield json.dumps({"error": {"type": "Unauthenticated", "message": str(exc)}}).encode() + b"\n"
+                    return
+        finally:
+            leave()
+    return StreamingResponse(lines(), media_type="application/x-ndjson", background=BackgroundTask(leave))
 
 
 @router.get("/{batch_id}/groups", response_model=GroupsPage)
-async def groups(batch_id: str, after: int = Query(0, ge=0), wait_s: float = Query(10.0, ge=0, le=3600),
-                 c: Caller = Depends(caller), g: Gateway = Depends(gateway)) -> GroupsPage:
-    """GRPO groups whose every result is in, in the order they completed: those after the first `after`."""
-    done, ended = await g.groups(c, batch_id, after, wait_s)
+async def groups(batch_id: str, request: Request, after: int = Query(0, ge=0),
+                 wait_s: float = Query(10.0, ge=0, le=3600), c: Caller = Depends(caller),
+                 g: Gateway = Depends(gateway)) -> GroupsPage:
+    """GRPO groups whose every result is in, in the order they completed: those after the first `after`. A wait
+    counts against the tenant's `waiting_calls` and ends when its caller hangs up."""
+    done, ended = await unless_gone(request, g.groups(c, batch_id, after, wait_s))
     new = [{"group": group, "results": [unscoped(c, r) for r in rs]} for group, rs in done[after:]]
     return GroupsPage(groups=new, after=max(after, len(done)), complete=ended)
 

@@ -7,19 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from farm.app.gateway.auth import Directory
+from farm.app.gateway.bell import ResultsBell, stream_id
 from farm.app.gateway.config import GatewaySettings, TenantProtocols, protocols
 from farm.app.gateway.hub import ResultHub
 from farm.app.gateway.limits import Limits, check_payload
 from farm.app.gateway.revocation import Revocations
 from farm.app.gateway.rolling import Joined, Roller, Rolling, runs_again
+from farm.app.gateway.waiting import WaitingSlots
 from farm.client.aio import AsyncBatch, AsyncRewardClient
-from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, done_entries
+from farm.client.core import BatchInfo, GroupTracker, arrivals, done_entries
 from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
 from farm.protocol import reads
 from farm.protocol.live import Progress
@@ -29,7 +31,6 @@ from farm.results import Result
 from farm.store.tenants import Tenant
 
 log = logging.getLogger(__name__)
-_CURSOR = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,10 @@ class Gateway:
             client.keep_alive.close()
             client.keep_alive = None
         self.client, self.directory, self.settings = client, directory, settings
-        self.hub = ResultHub(client)
+        self.bell = ResultsBell(client.settings.redis_url, client.session.keys,
+                                lambda conn_id: client.redis.client_unblock(conn_id))
+        self.waiting = WaitingSlots()
+        self.hub = ResultHub(client, self.bell)
         self.revocations = Revocations()  # a revoked tenant's waits end (farm.app.gateway.revocation)
         self._limits: Limits | None = None
         self._roller: Roller | None = None
@@ -131,32 +135,44 @@ class Gateway:
 
     # -- results
 
-    async def results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int) -> Page:
+    async def results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int,
+                      hold: bool = True) -> Page:
         """Results after `cursor`, waiting up to `wait_s` for the first one (Unauthenticated once the tenant
-        is revoked)."""
-        return await self.revocations.guard(caller.tenant.id, self._results(caller, batch_id, cursor, wait_s, limit))
+        is revoked). A wait takes one of the tenant's waiting calls (unless the caller holds one already:
+        `hold=False`) and no pooled connection."""
+        return await self.revocations.guard(caller.tenant.id,
+                                            self._results(caller, batch_id, cursor, wait_s, limit, hold))
 
-    async def _results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int) -> Page:
-        if not _CURSOR.match(cursor):
-            raise InvalidInput(f"cursor must be '0-0' or a cursor this API returned, not {cursor!r:.100}")
-        farm_id, keys = caller.scope.batch(batch_id), self.client.session.keys
+    async def _results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int,
+                       hold: bool) -> Page:
+        stream_id(cursor)  # InvalidInput for a cursor this API never returned
+        farm_id = caller.scope.batch(batch_id)
         await self._touch(farm_id)  # the batch's existence, and a sign of life from its trainer
-        reply = await self.client.call(lambda r: reads.results_after(r, keys, farm_id, cursor, limit))
+        page = await self._page(farm_id, cursor, limit)
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.settings.max_wait_s)
-        while True:
-            out, complete = [], False  # the end marker follows the last result: complete once it is read
-            for _, entries in reply or ():
-                for cursor, result in done_entries(entries):
-                    if result is None:
-                        complete = True
-                    else:
-                        out.append(result)
-            if out or complete:
-                return Page(out, cursor, complete)
-            if time.monotonic() >= deadline:  # nothing after the cursor: complete if the batch has ended
-                return Page(out, cursor, (await self.client.progress(farm_id)).finished)
-            block = max(1, int(min(deadline - time.monotonic(), MAX_BLOCK_S) * 1000))
-            reply = await self.client.call(lambda r: reads.results_after(r, keys, farm_id, cursor, limit, block))
+        if page is None and deadline > time.monotonic():
+            with self.waiting.hold(caller.tenant) if hold else nullcontext():
+                async with self.bell.waiting_on(farm_id, cursor) as waiter:
+                    # read again once registered: what arrived between the first read and now rang no bell
+                    while (page := await self._page(farm_id, cursor, limit)) is None:
+                        if not await waiter.wait(deadline - time.monotonic()):
+                            break
+        if page is None:  # nothing after the cursor: complete if the batch has ended
+            return Page([], cursor, (await self.client.progress(farm_id)).finished)
+        return page
+
+    async def _page(self, farm_id: str, cursor: str, limit: int) -> Page | None:
+        """The results after `cursor` read now, or None when there are none yet (nor the end marker)."""
+        keys = self.client.session.keys
+        reply = await self.client.call(lambda r: reads.results_after(r, keys, farm_id, cursor, limit))
+        out, complete = [], False  # the end marker follows the last result: complete once it is read
+        for _, entries in reply or ():
+            for cursor, result in done_entries(entries):
+                if result is None:
+                    complete = True
+                else:
+                    out.append(result)
+        return Page(out, cursor, complete) if out or complete else None
 
     async def groups(self, caller: Caller, batch_id: str, after: int, wait_s: float
                      ) -> tuple[list[tuple[str, list[Result]]], bool]:
@@ -169,13 +185,21 @@ class Gateway:
         deadline = time.monotonic() + min(max(wait_s, 0.0), self.settings.max_wait_s)
         farm_id = caller.scope.batch(batch_id)
         await self._touch(farm_id)
-        while True:
-            done, ended = await self._completed_groups(farm_id)
-            if len(done) > after or ended or time.monotonic() >= deadline:
-                return done, ended
-            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        done, ended, last = await self._completed_groups(farm_id)
+        if len(done) > after or ended or deadline <= time.monotonic():
+            return done, ended
+        with self.waiting.hold(caller.tenant):
+            async with self.bell.waiting_on(farm_id, last) as waiter:
+                while True:
+                    done, ended, last = await self._completed_groups(farm_id)
+                    if len(done) > after or ended:
+                        return done, ended
+                    waiter.cursor = stream_id(last)  # only a result after those read can complete a group
+                    if not await waiter.wait(deadline - time.monotonic()):
+                        return done, ended
 
-    async def _completed_groups(self, farm_id: str) -> tuple[list[tuple[str, list[Result]]], bool]:
+    async def _completed_groups(self, farm_id: str) -> tuple[list[tuple[str, list[Result]]], bool, str]:
+        """The completed groups, whether the batch ended, and the id of the last entry read."""
         keys = self.client.session.keys
 
         async def read(r):
@@ -190,14 +214,15 @@ class Gateway:
         size = int(head["size"])
         arrived = arrivals(head.get("arrived"), group_counts, size)
         tracker, done, ended = GroupTracker(int(head["group_size"]) if head.get("group_size") else None), [], False
-        for _, result in done_entries(entries):
+        last = "0-0"
+        for last, result in done_entries(entries):
             if result is None:
                 ended = True
             elif tracker.add(result):
                 done += tracker.ready(arrived)
         if ended:
             done += tracker.rest()
-        return done, ended
+        return done, ended, last
 
     # -- one sample per call (OpenRLHF, SandboxFusion)
 
@@ -297,6 +322,7 @@ class Gateway:
 
     async def close(self) -> None:
         await self.hub.close()
+        await self.bell.close()
         await self.client.close()
 
 

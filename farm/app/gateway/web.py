@@ -14,11 +14,13 @@ from farm.app.gateway.auth import Forbidden, Unauthenticated, bearer
 from farm.app.gateway.limits import LimitExceeded, TooLarge
 from farm.app.gateway.schemas import ErrorBody
 from farm.app.gateway.service import Caller, Gateway
+from farm.app.gateway.waiting import CLIENT_GONE, CallerGone
 from farm.errors import HTTP_STATUS
 
 ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 404, 409, 413, 429, 503)}
 # the most specific first
-STATUS = [(Unauthenticated, 401), (Forbidden, 403), (TooLarge, 413), (LimitExceeded, 429), *HTTP_STATUS]
+STATUS = [(Unauthenticated, 401), (Forbidden, 403), (TooLarge, 413), (LimitExceeded, 429), (CallerGone, CLIENT_GONE),
+          *HTTP_STATUS]
 
 
 def gateway(request: Request) -> Gateway:
