@@ -22,12 +22,12 @@ from farm.protocol.calls import (
     Admitted,
     admit,
     admitted_calls,
-    check_batch_id,
     new_batch_id,
     open_call,
     parse_submit,
     submit_many_call,
 )
+from farm.protocol.ids import check_farm_batch
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
@@ -108,7 +108,7 @@ class Session:
 
     def batch_id(self, batch_id: Any) -> str:
         """The farm's id of a batch the caller names (checked)."""
-        return check_batch_id(batch_id if self.scope is None else self.scope.adopt_batch(batch_id))
+        return check_farm_batch(batch_id if self.scope is None else self.scope.adopt_batch(batch_id))
 
     @property
     def sweeps(self) -> bool:

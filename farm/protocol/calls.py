@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -19,6 +18,7 @@ from farm.config import Settings
 from farm.errors import BatchClosed, BatchConflict, BatchFull, BatchNotFound, DuplicateRequest, PayloadTooLarge
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline
+from farm.protocol.ids import REQUEST, TASK, check_farm_batch, check_group, shown
 from farm.protocol.keys import stamp
 from farm.protocol.scripts import (
     ABANDON,
@@ -43,10 +43,6 @@ from farm.results import Result, Status
 RECLAIM_LIMIT = 64  # lapsed leases given back per pick or sweep
 MAX_ATTEMPTS = 3  # a request that loses this many workers fails alone (infra_error)
 MAX_BATCH_SIZE = 1_000_000
-# the history store keys its rows by batch and request id (farm.store.ingest.MAX_KEY_BYTES): every id taken here fits
-MAX_REQUEST_ID_BYTES = 1024
-_BATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-_TASK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 # built once: json.dumps with options builds an encoder per call, a cost on the bulk submit path
@@ -63,20 +59,13 @@ def canonical_json(payload: Any) -> str:
         raise InvalidInput("payload is not JSON-serialisable: its arrays and objects nest too deeply") from None
 
 
-def check_batch_id(batch_id: Any) -> str:
-    if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id):
-        raise InvalidInput(f"batch id must be 1-128 letters, digits or '_.:-', not {batch_id!r}")
-    return batch_id
-
-
 def open_call(task: Any, pipeline: Pipeline, size: Any, batch_id: str, group_size: Any, now: float) -> Call:
-    if not isinstance(task, str) or not _TASK.match(task):
-        raise InvalidInput(f"task must be 1-64 letters, digits or '_.-', not {task!r}")
+    TASK.check(task)
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
-        raise InvalidInput(f"batch size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {size!r}")
+        raise InvalidInput(f"batch size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {shown(size)}")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
-        raise InvalidInput(f"group_size must be a whole number >= 1 or None, not {group_size!r}")
-    check_batch_id(batch_id)
+        raise InvalidInput(f"group_size must be a whole number >= 1 or None, not {shown(group_size)}")
+    check_farm_batch(batch_id)
     opened = events.encode("batch_opened", batch=batch_id, task=task, pipeline=pipeline.name, size=size,
                            opened_at=now)["e"]
     epoch = json.dumps({"kind": "opened", "batch": batch_id, "task": task, "at": now})
@@ -113,14 +102,8 @@ class Admitted:
 def admit(settings: Settings, pipeline: Pipeline, request_id: Any, payload: Any, group: Any) -> Admitted:
     """Admission happens here, at the client: misuse raises; what the pipeline rejects is admitted as an
     invalid_input result."""
-    if (not isinstance(request_id, str) or not request_id.isprintable()
-            or not 1 <= len(request_id.encode()) <= MAX_REQUEST_ID_BYTES):
-        raise InvalidInput(f"request id must be printable characters, 1 to {MAX_REQUEST_ID_BYTES} bytes in UTF-8, "
-                           f"not {request_id!r:.100}")
-    if group is not None:
-        if isinstance(group, bool) or not isinstance(group, (str, int)) or str(group) == "":
-            raise InvalidInput(f"group must be a non-empty string or an integer, not {group!r}")
-        group = str(group)
+    REQUEST.check(request_id)
+    group = check_group(group)
     body = canonical_json(payload)
     size = len(body.encode())
     if size > settings.max_payload_bytes:
@@ -250,7 +233,7 @@ def parse_seal(reply: list, batch_id: str) -> str:
 
 def set_estimate_call(batch_id: str, estimated_at: float) -> Call:
     if isinstance(estimated_at, bool) or not isinstance(estimated_at, (int, float)) or not math.isfinite(estimated_at):
-        raise InvalidInput(f"estimated completion must be a finite time in epoch seconds, not {estimated_at!r}")
+        raise InvalidInput(f"estimated completion must be a finite time in epoch seconds, not {shown(estimated_at)}")
     event = events.encode("batch_deadline", batch=batch_id, estimated_at=float(estimated_at))["e"]
     return SET_ESTIMATE.call(batch=batch_id, key=stamp(estimated_at), deadline_event=event)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -20,6 +19,7 @@ from farm.client.aio import AsyncBatch, AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, done_entries
 from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
 from farm.protocol import reads
+from farm.protocol.ids import check_cursor
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
 from farm.protocol.silence import Touched
@@ -27,7 +27,6 @@ from farm.results import Result
 from farm.store.tenants import Tenant
 
 log = logging.getLogger(__name__)
-_CURSOR = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
 @dataclass(frozen=True)
@@ -130,8 +129,7 @@ class Gateway:
 
     async def results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int) -> Page:
         """Results after `cursor`, waiting up to `wait_s` for the first one."""
-        if not _CURSOR.match(cursor):
-            raise InvalidInput(f"cursor must be '0-0' or a cursor this API returned, not {cursor!r:.100}")
+        check_cursor(cursor)
         farm_id, keys = caller.scope.batch(batch_id), self.client.session.keys
         await self._touch(farm_id)  # the batch's existence, and a sign of life from its trainer
         reply = await self.client.call(lambda r: reads.results_after(r, keys, farm_id, cursor, limit))
