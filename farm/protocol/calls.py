@@ -6,6 +6,7 @@ Validation happens here, before anything reaches Redis: what a pipeline rejects 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import uuid
@@ -15,7 +16,15 @@ from typing import Any, Sequence
 
 from farm import events
 from farm.config import Settings
-from farm.errors import BatchClosed, BatchConflict, BatchFull, BatchNotFound, DuplicateRequest, PayloadTooLarge
+from farm.errors import (
+    BatchClosed,
+    BatchConflict,
+    BatchFull,
+    BatchNotFound,
+    DuplicateRequest,
+    LimitExceeded,
+    PayloadTooLarge,
+)
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline
 from farm.protocol.ids import REQUEST, TASK, check_farm_batch, check_group, shown
@@ -116,6 +125,24 @@ def admit(settings: Settings, pipeline: Pipeline, request_id: Any, payload: Any,
         return Admitted(request_id, body, group, (), Status.INVALID_INPUT, 0.0, str(exc), None)
 
 
+@dataclass(frozen=True)
+class Cap:
+    """A tenant's limit on requests outstanding over its open batches, which the submit scripts check as each
+    new queued request arrives (in the same run that takes it, so racing calls cannot pass it together)."""
+
+    tenant: int
+    most: int
+
+
+def stored_payload(admitted: Admitted) -> str:
+    """What the farm keeps of a request's payload: all of it for a worker to run, only its digest for one
+    finished at admission (refused, or visiting no stage), which is kept just to tell a resubmission with
+    the same payload (a duplicate) from one with another (a conflict). A digest is never valid JSON."""
+    if admitted.stages:
+        return admitted.body
+    return "#sha256:" + hashlib.sha256(admitted.body.encode()).hexdigest()
+
+
 def submit_call(settings: Settings, pipeline: Pipeline, batch_id: str, request_id: Any, payload: Any,
                 group: Any, now: float, knobs: Knobs | None = None) -> Call:
     """A submit of one request, admitted here (see `admit`)."""
@@ -130,10 +157,11 @@ def admitted_call(pipeline: Pipeline, batch_id: str, admitted: Admitted, now: fl
 
 
 def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitted], now: float,
-                   knobs: Knobs | None = None) -> list[Call]:
-    """The submit calls of admitted requests arriving together. What requests on the same stage path share
-    is worked out and encoded once: a bulk submit spends much of its client time here."""
+                   knobs: Knobs | None = None, cap: Cap | None = None) -> list[Call]:
+    """The submit calls of admitted requests arriving together, within `cap` when given. What requests on the
+    same stage path share is worked out and encoded once: a bulk submit spends much of its client time here."""
     knobs, at, paths, calls = knobs or Knobs(), stamp(now), {}, []
+    tenant, most = ("", "") if cap is None else (str(cap.tenant), str(cap.most))
     for a in admitted:
         path = paths.get(a.stages)
         if path is None:
@@ -144,10 +172,10 @@ def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitte
                          finished_at=now)
             result = _COMPACT.encode(res.to_dict())
             done = request_done_event(res)
-        calls.append(SUBMIT.call(batch=batch_id, request=a.request_id, payload=a.body, state=path.state(a.group),
-                                 first_queue=path.first, at=at, result=result,
+        calls.append(SUBMIT.call(batch=batch_id, request=a.request_id, payload=stored_payload(a),
+                                 state=path.state(a.group), first_queue=path.first, at=at, result=result,
                                  arrived_event=path.event(a.request_id, a.group), done_event=done,
-                                 group=a.group or "", limit=path.limit))
+                                 group=a.group or "", limit=path.limit, tenant=tenant, most=most))
     return calls
 
 
@@ -205,6 +233,9 @@ def parse_submit(reply: list, batch_id: str, request_id: str) -> str:
         raise abandoned(batch_id, *reply[2:4])
     if kind == "closed":
         raise BatchClosed(f"batch {batch_id!r} is {reply[1]}; it takes no more requests", state=reply[1])
+    if kind == "limit":
+        raise LimitExceeded(f"this tenant has {reply[2]} requests outstanding and its limit is {reply[1]}: request "
+                            f"{request_id!r} does not fit; wait for results before submitting more")
     if kind == "full":
         raise BatchFull(f"batch {batch_id!r} already has all of its {reply[1]} requests; {request_id!r} is one too many")
     return kind

@@ -41,7 +41,7 @@ class Shape:
         self._format = "{}" + "".join(literal.replace("{", "{{").replace("}", "}}") + ("{}" if field else "")
                                       for literal, field in self.pieces)
         self._parse = re.compile("".join(re.escape(literal) + ("(.*?)" if field else "")
-                                         for literal, field in self.pieces) + "$")
+                                         for literal, field in self.pieces) + r"\Z")
 
     def build(self, namespace: str, *values: object) -> str:
         return self._format.format(namespace, *values)

@@ -15,8 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from farm.errors import LimitExceeded
 from farm.protocol.keys import ROLL, Keys
-from farm.protocol.scripts import ROLL_IDLE, ROLL_JOIN, SOURCES, run
+from farm.protocol.scripts import ROLL_IDLE, ROLL_JOIN, ROLL_LEAVE, SOURCES, run
 
 KEY_TTL_S = 3600  # how long a retried sample still finds its request (OpenRLHF gives up after 5 tries of 180 s)
 
@@ -44,6 +45,8 @@ class Joined:
     batch_id: str  # the tenant's name of the batch (not yet scoped)
     request_id: str
     seal: str | None  # a batch this sample closed by arriving after an idle gap: seal it
+    epoch: str
+    index: int
 
 
 class Roller:
@@ -53,19 +56,35 @@ class Roller:
         self.namespace = namespace
         self.keys = Keys(namespace)
         self._join = redis.register_script(SOURCES[ROLL_JOIN.name])
+        self._leave = redis.register_script(SOURCES[ROLL_LEAVE.name])
         self._idle = redis.register_script(SOURCES[ROLL_IDLE.name])
 
     def state_key(self, tenant_id: int, protocol: str) -> str:
         return self.keys.roll(tenant_id, protocol)
 
-    async def join(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, now: float) -> Joined:
+    async def join(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, now: float,
+                   most: int | None = None) -> Joined:
+        """The batch the sample joins; LimitExceeded, with nothing stored, for a new sample while the tenant
+        has `most` requests outstanding."""
         epoch = str(int(now * 1000))
-        index, epoch, seal = await run(self._join, self.namespace, ROLL_JOIN.call(
+        reply = await run(self._join, self.namespace, ROLL_JOIN.call(
             tenant=tenant_id, protocol=protocol, sample=key, at=repr(now), size=rolling.batch_size,
-            rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch), redis)
+            rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch, most="" if most is None else most), redis)
+        if reply[0] in ("limit", b"limit"):
+            raise LimitExceeded(f"this tenant has {reply[1]} requests outstanding and its limit is {most}: wait for "
+                                f"results before sending more")
+        index, epoch, seal = reply
         await redis.sadd(self.keys.rolls, self.state_key(tenant_id, protocol))
         sealed = rolling.batch_id(protocol, epoch, int(seal)) if int(seal) >= 0 else None
-        return Joined(rolling.batch_id(protocol, epoch, int(index)), key[:32], sealed)
+        return Joined(rolling.batch_id(protocol, epoch, int(index)), key[:32], sealed, epoch, int(index))
+
+    async def leave(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, joined: Joined
+                    ) -> str | None:
+        """A joined sample the farm refused (a limit) leaves its batch; the tenant's name of a batch to seal
+        now that it waits for no one (farm/protocol/lua/roll_leave.lua), or None."""
+        seal = await run(self._leave, self.namespace, ROLL_LEAVE.call(
+            tenant=tenant_id, protocol=protocol, sample=key, epoch=joined.epoch, index=joined.index), redis)
+        return rolling.batch_id(protocol, joined.epoch, int(seal)) if int(seal) >= 0 else None
 
     async def forget(self, redis, tenant_id: int, protocol: str, key: str) -> None:
         """The sample's batch ended without it: it is new again, for the current batch to take."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from farm.app.gateway.auth import Directory
@@ -17,8 +17,9 @@ from farm.app.gateway.limits import Limits, check_payload
 from farm.app.gateway.rolling import Roller, Rolling
 from farm.client.aio import AsyncBatch, AsyncRewardClient
 from farm.client.core import MAX_BLOCK_S, BatchInfo, GroupTracker, arrivals, done_entries
-from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
+from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput, LimitExceeded
 from farm.protocol import reads
+from farm.protocol.calls import Cap
 from farm.protocol.ids import check_cursor
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
@@ -103,7 +104,7 @@ class Gateway:
         farm_id = caller.scope.batch(batch_id)
         progress = await self.client.call(lambda r: self.limits.admit_requests(
             r, caller.tenant.id, len(items), limits.queued_requests, farm_id))
-        return await AsyncBatch(self.client, BatchInfo.of(progress)).submit_many(items)
+        return await AsyncBatch(self.client, BatchInfo.of(progress, cap_of(caller))).submit_many(items)
 
     async def cancel(self, caller: Caller, batch_id: str) -> str:
         batch = await self.client.batch(caller.scope.batch(batch_id))
@@ -204,21 +205,30 @@ class Gateway:
 
     async def _one(self, caller: Caller, protocol: str, rolling: Rolling, key: str, payload: Any,
                    wait_s: float) -> Result:
+        limits = caller.tenant.limits
+        check_payload(key[:32], payload, limits.payload_bytes)  # before it joins: a refused sample leaves nothing
         joined = await self.client.call(lambda r: self.roller.join(r, caller.tenant.id, protocol, rolling, key,
-                                                                   time.time()))
+                                                                   time.time(), limits.queued_requests))
         if joined.seal is not None:
             await self._seal_quietly(caller.scope.batch(joined.seal))
-        check_payload(joined.request_id, payload, caller.tenant.limits.payload_bytes)
         farm_id = caller.scope.batch(joined.batch_id)
         try:
-            batch = await self.client.batch(farm_id)
-        except BatchNotFound:  # this sample's batch is not open yet: it opens it (concurrent openers attach)
-            await self.open(caller, rolling.task, rolling.pipeline, rolling.batch_size, joined.batch_id, None)
-            batch = await self.client.batch(farm_id)
-        try:
-            await batch.submit(joined.request_id, payload)  # a retried sample is a duplicate: a no-op
-        except BatchClosed:
-            pass  # sealed after this sample joined it (it arrived before, as a retry does): its result is there
+            try:
+                batch = await self.client.batch(farm_id)
+            except BatchNotFound:  # this sample's batch is not open yet: it opens it (concurrent openers attach)
+                await self.open(caller, rolling.task, rolling.pipeline, rolling.batch_size, joined.batch_id, None)
+                batch = await self.client.batch(farm_id)
+            try:  # a retried sample is a duplicate: a no-op
+                await AsyncBatch(self.client, replace(batch.info, cap=cap_of(caller))).submit(joined.request_id,
+                                                                                              payload)
+            except BatchClosed:
+                pass  # sealed after this sample joined it (it arrived before, as a retry does): its result is there
+        except LimitExceeded:  # refused (open batches or requests outstanding): the sample leaves its batch
+            seal = await self.client.call(lambda r: self.roller.leave(r, caller.tenant.id, protocol, rolling, key,
+                                                                      joined))
+            if seal is not None:
+                await self._seal_quietly(caller.scope.batch(seal))
+            raise
         return await self.hub.wait(farm_id, joined.request_id, wait_s)
 
     async def _seal_quietly(self, farm_id: str) -> None:
@@ -257,6 +267,11 @@ class Gateway:
     async def close(self) -> None:
         await self.hub.close()
         await self.client.close()
+
+
+def cap_of(caller: Caller) -> Cap:
+    """The tenant's limit on requests outstanding, as the submit scripts check it."""
+    return Cap(caller.tenant.id, caller.tenant.limits.queued_requests)
 
 
 def unscoped(caller: Caller, result: Result) -> dict[str, Any]:

@@ -95,6 +95,33 @@ local function drop_from_queue(queue, bid)
   redis.call('DEL', queue_key(queue, QPART.pending .. bid))
 end
 
+-- The requests arrived and not finished over a tenant's open batches (the gateway's limit on them,
+-- farm.app.gateway.limits); closed ones leave the tenant's count.
+local function outstanding(tenant)
+  local open = tenant_open_key(tenant)
+  local n = 0
+  for _, bid in ipairs(redis.call('SMEMBERS', open)) do
+    local f = redis.call('HMGET', batch_key(bid), 'state', 'arrived', 'done')
+    if f[1] == 'open' then
+      n = n + tonumber(f[2]) - tonumber(f[3])
+    elseif f[1] ~= 'cancelling' then
+      redis.call('SREM', open, bid)
+    end
+  end
+  return n
+end
+
+-- Whether `n` more queued requests fit the tenant's limit `most` on requests outstanding ('' = none), counting
+-- them when they do. The count is read once per script run and kept here: nothing else runs meanwhile.
+local counted = nil
+local function fits(tenant, most, n)
+  if most == '' then return true end
+  counted = counted or outstanding(tenant)
+  if counted + n > tonumber(most) then return false end
+  counted = counted + n
+  return true
+end
+
 local TTL_S = 86400
 
 -- A sign of life from the trainer of an open batch (farm.protocol.silence): the batch's time in K.seen, on

@@ -16,6 +16,7 @@ if f[1] == 'abandoned' then return {'closed', f[1], f[6] or '', f[7] or ''} end
 if f[1] ~= 'open' then return {'closed', f[1]} end
 if f[5] then return {'closed', 'sealed'} end
 if tonumber(f[3]) >= tonumber(f[2]) then return {'full', f[2]} end
+if first_queue ~= '' and not fits(tenant, most, 1) then return {'limit', most, counted} end
 redis.call('HSET', b .. PART.payload, request, payload)
 redis.call('HSET', b .. PART.req, request, state)
 redis.call('HINCRBY', b, 'arrived', 1)
