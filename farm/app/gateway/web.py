@@ -8,6 +8,7 @@ import asyncio
 import json
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from farm.app.gateway.auth import Forbidden, Unauthenticated, bearer
@@ -42,17 +43,33 @@ async def operator(request: Request) -> Caller:
     return c
 
 
+class AsciiJSON(JSONResponse):
+    """An answer that any input it quotes cannot break: text in ASCII escapes (a lone surrogate has no UTF-8)."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 def error_response(request: Request, exc: Exception) -> JSONResponse:
     status = next(code for kind, code in STATUS if isinstance(exc, kind))
     scope = getattr(request.state, "scope", None)
     message = scope.message(str(exc)) if scope is not None else str(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Retry-After": "1"} if status == 429 else None
-    return JSONResponse({"error": {"type": type(exc).__name__, "message": message}}, status, headers=headers)
+    return AsciiJSON({"error": {"type": type(exc).__name__, "message": message}}, status, headers=headers)
+
+
+def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422, saying where and what for each error but not echoing the value: it may be a number JSON
+    cannot carry (1e400 is infinity) or text with a lone surrogate, and the answer must still be sent."""
+    detail = [{"loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
+               "type": str(e.get("type", ""))} for e in exc.errors()]
+    return AsciiJSON({"detail": detail}, 422)
 
 
 def install_errors(app: FastAPI) -> None:
     for kind, _ in STATUS:
         app.add_exception_handler(kind, error_response)
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(_Refused, _refused_response)
 
 
