@@ -10,6 +10,7 @@ import json
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ResponseError
 
 from farm.app.gateway.auth import Forbidden, Unauthenticated, bearer
 from farm.app.gateway.limits import LimitExceeded, TooLarge
@@ -66,9 +67,20 @@ def invalid_request(request: Request, exc: RequestValidationError) -> JSONRespon
     return AsciiJSON({"detail": detail}, 422)
 
 
+def at_bound(request: Request, exc: ResponseError) -> JSONResponse:
+    """The farm's Redis refused a write at its memory bound (noeviction, farm.app.redis_memory; inside a script
+    Redis says so only in the message): farm trouble, 503, and the operator's alert fired before it. Any other
+    error of Redis's is the gateway's own fault and stays a 500."""
+    if "OOM command not allowed" not in str(exc):
+        raise exc
+    return AsciiJSON({"error": {"type": "FarmFull", "message": "the farm's Redis is at its memory bound and takes "
+                                "no more writes; try again later"}}, 503, headers={"Retry-After": "5"})
+
+
 def install_errors(app: FastAPI) -> None:
     for kind, _ in STATUS:
         app.add_exception_handler(kind, error_response)
+    app.add_exception_handler(ResponseError, at_bound)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(_Refused, _refused_response)
 
