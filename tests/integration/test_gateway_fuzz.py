@@ -6,12 +6,15 @@ enough for a result, so any 5xx fails the test."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.parse
 
 import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given
+from hypothesis import strategies as st
 from hypothesis import settings as hsettings
 
 from farm.app.gateway.config import GatewaySettings
@@ -128,3 +131,41 @@ def test_hostile_ids_surrogates_and_huge_numbers_get_a_clear_4xx_never_a_server_
                 failures.append(f"{method} {path[:80]} {body!r:.80} -> {reply.status_code} {reply.text[:200]}")
         assert http.get("/v1/batches/open").json()["state"] == "open"  # what they aimed at is unharmed
     assert not failures, "\n".join(failures)
+
+
+# ids built from the pieces keys are spelled with, separators, line breaks and what UTF-8 cannot carry
+ID_PIECES = st.sampled_from(["t", "1", ":", "b", "req", "done", "open", "-", ".", "|", "/", "%", "?", "#", " ",
+                             "\n", "\r", "\t", "\x00", "\x7f", "\u2028", "\ud800", "\udfff", "é", "..", "x" * 60])
+HOSTILE_ID = st.lists(ID_PIECES, min_size=0, max_size=6).map("".join)
+
+
+@pytest.mark.timeout(300)
+def test_generated_hostile_ids_on_every_native_route_never_get_a_server_error(fuzzed):
+    base, token = fuzzed
+    failures: list[str] = []
+    with httpx.Client(base_url=base, headers={**auth(token), "content-type": "application/json"}, timeout=30) as http:
+        assert http.post("/v1/batches", json={"task": "t", "pipeline": "synthetic", "size": 100_000,
+                                              "batch_id": "fz"}).status_code == 201
+
+        @hsettings(max_examples=EXAMPLES, deadline=None, phases=[Phase.generate],
+                   suppress_health_check=list(HealthCheck), database=None)
+        @given(batch_id=HOSTILE_ID, request_id=HOSTILE_ID, group=HOSTILE_ID, task=HOSTILE_ID)
+        def call(batch_id, request_id, group, task):
+            path = "/v1/batches/" + urllib.parse.quote(batch_id.encode("utf-8", "surrogatepass"), safe="")
+            for method, url, body in (
+                    ("POST", "/v1/batches", {"task": task or "t", "pipeline": "synthetic", "size": 2,
+                                             "batch_id": batch_id}),
+                    ("POST", "/v1/batches/fz/requests", {"request_id": request_id, "payload": {"times": [0, 0]},
+                                                         "group": group}),
+                    ("GET", f"{path}/results?wait_s=0", None), ("POST", f"{path}/seal", None)):
+                content = None if body is None else json.dumps(body)  # ASCII: lone surrogates as \\ud800
+                try:
+                    reply = http.request(method, url, content=content)
+                except httpx.TransportError as exc:
+                    failures.append(f"{method} {url!r:.100} {content!r:.100} -> no answer: {exc!r}")
+                    continue
+                if reply.status_code >= 500:
+                    failures.append(f"{method} {url!r:.100} {content!r:.100} -> {reply.status_code} {reply.text[:200]}")
+
+        call()
+    assert not failures, "\n".join(failures[:10])
