@@ -175,7 +175,8 @@ def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitte
         calls.append(SUBMIT.call(batch=batch_id, request=a.request_id, payload=stored_payload(a),
                                  state=path.state(a.group), first_queue=path.first, at=at, result=result,
                                  arrived_event=path.event(a.request_id, a.group), done_event=done,
-                                 group=a.group or "", limit=path.limit, tenant=tenant, most=most))
+                                 group=a.group or "", limit=path.limit, tenant=tenant,
+                                 most_outstanding=most))
     return calls
 
 

@@ -63,7 +63,7 @@ class Call:
 OPEN = Script("open", ("batch", "task", "pipeline", "size", "opened_at", "group_size", "queues", "opened_event",
                        "epoch_message"))
 SUBMIT = Script("submit", ("batch", "request", "payload", "state", "first_queue", "at", "result", "arrived_event",
-                           "done_event", "group", "limit", "tenant", "most"))
+                           "done_event", "group", "limit", "tenant", "most_outstanding"))
 PICK = Script("pick", ("queue", "mode", "worker", "lease_s", "token", "reclaim_limit", "max_attempts"))
 COMPLETE = Script("complete", ("batch", "request", "token", "worker", "queue", "at", "stage_event", "next_queue",
                                "state", "result", "done_event", "limit"))
@@ -80,7 +80,8 @@ SUBMIT_MANY = Script("submit_many", ("count",))
 # the gateway's (farm.app.gateway): a tenant's limits, and its rolling batches of one sample per call
 ADMIT_BATCH = Script("admit_batch", ("tenant", "batch", "limit"))
 OUTSTANDING = Script("outstanding", ("tenant",))
-ROLL_JOIN = Script("roll_join", ("tenant", "protocol", "sample", "at", "size", "rollover", "ttl", "epoch", "most"))
+ROLL_JOIN = Script("roll_join", ("tenant", "protocol", "sample", "at", "size", "rollover", "ttl", "epoch",
+                                 "most_outstanding"))
 ROLL_LEAVE = Script("roll_leave", ("tenant", "protocol", "sample", "epoch", "index"))
 ROLL_IDLE = Script("roll_idle", ("tenant", "protocol", "at"))
 ALL = (OPEN, SUBMIT, PICK, COMPLETE, HEARTBEAT, SWEEP, CANCEL, SEAL, SET_ESTIMATE, ABANDON, TOUCH, LAPSE,

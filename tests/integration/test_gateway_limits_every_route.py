@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from farm.app.gateway.config import GatewaySettings
+from farm.errors import LimitExceeded
 from farm.store.tenants import TenantLimits, create_tenant
 from tests.integration.gateway_support import auth, running_gateway
 
@@ -123,3 +124,23 @@ def test_a_bulk_of_refused_payloads_keeps_none_of_them(gateway, engine, settings
     [key] = store.scan_iter(match=f"{settings.namespace}:b:*junk:payload")
     assert store.memory_usage(key) < 2000 * 200  # the payloads themselves were 12 MB
     assert all(v.startswith("#sha256:") for v in store.hvals(key))
+
+
+
+def test_a_batch_admitted_and_not_yet_opened_stays_counted(redis_url, namespace):
+    """Admission and opening are two scripts: a count read between them must not drop the batch (it did, and
+    five samples then passed a limit of one)."""
+    import redis.asyncio as aioredis
+
+    from farm.app.gateway.limits import Limits
+
+    async def main():
+        r = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            limits = Limits(r, namespace)
+            assert await limits.admit_batch(r, 1, "t1:opening", 1)
+            with pytest.raises(LimitExceeded, match="1 batches open"):
+                await limits.admit_batch(r, 1, "t1:next", 1)
+        finally:
+            await r.aclose()
+    asyncio.run(main())

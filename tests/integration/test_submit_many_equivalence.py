@@ -72,7 +72,7 @@ def farm_after(before, now_requests, size: int, sealed: bool, bulk: bool, lua_to
         knobs = Knobs()
         farm.run(open_call("t", PIPELINE, size, "b0", None, 100.0))
         if most is not None:
-            r.sadd(Keys(namespace).tenant_open(1), "b0")
+            r.zadd(Keys(namespace).tenant_open(1), {"b0": 100.0})
         for call in calls_for(before, 100.5, knobs):
             farm.run(call)
         if sealed:

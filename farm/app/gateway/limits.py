@@ -40,7 +40,7 @@ class Limits:
 
     async def forget_batch(self, redis, tenant_id: int, farm_batch: str) -> None:
         """A batch that could not be opened after all is not counted."""
-        await redis.srem(self.keys.tenant_open(tenant_id), farm_batch)
+        await redis.zrem(self.keys.tenant_open(tenant_id), farm_batch)
 
     async def admit_requests(self, redis, tenant_id: int, count: int, limit: int, farm_id: str) -> Progress:
         """The batch's progress (BatchNotFound first: the batch decides whether there is anything to limit),

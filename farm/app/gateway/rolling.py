@@ -69,7 +69,8 @@ class Roller:
         epoch = str(int(now * 1000))
         reply = await run(self._join, self.namespace, ROLL_JOIN.call(
             tenant=tenant_id, protocol=protocol, sample=key, at=repr(now), size=rolling.batch_size,
-            rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch, most="" if most is None else most), redis)
+            rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch,
+            most_outstanding="" if most is None else most), redis)
         if reply[0] in ("limit", b"limit"):
             raise LimitExceeded(f"this tenant has {reply[1]} requests outstanding and its limit is {most}: wait for "
                                 f"results before sending more")

@@ -95,18 +95,32 @@ local function drop_from_queue(queue, bid)
   redis.call('DEL', queue_key(queue, QPART.pending .. bid))
 end
 
--- The requests arrived and not finished over a tenant's open batches (the gateway's limit on them,
--- farm.app.gateway.limits); closed ones leave the tenant's count.
-local function outstanding(tenant)
-  local open = tenant_open_key(tenant)
-  local n = 0
-  for _, bid in ipairs(redis.call('SMEMBERS', open)) do
+-- A tenant's batches the gateway counts (the gateway's limits, farm.app.gateway.limits), each with its head's
+-- state, arrived and done counts: closed ones leave the count here. One with no head yet is being opened (its
+-- admission and its opening are two scripts) and stays; one still without a head a minute on never opened, or
+-- expired long after it closed, and leaves.
+local OPENING_S = 60
+local function tenant_batches(tenant)
+  local open, t = tenant_open_key(tenant), now()
+  local out = {}
+  local members = redis.call('ZRANGE', open, 0, -1, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local bid = members[i]
     local f = redis.call('HMGET', batch_key(bid), 'state', 'arrived', 'done')
-    if f[1] == 'open' then
-      n = n + tonumber(f[2]) - tonumber(f[3])
-    elseif f[1] ~= 'cancelling' then
-      redis.call('SREM', open, bid)
+    if f[1] == 'open' or f[1] == 'cancelling' or (not f[1] and t - tonumber(members[i + 1]) < OPENING_S) then
+      out[#out + 1] = {bid, f}
+    else
+      redis.call('ZREM', open, bid)
     end
+  end
+  return out
+end
+
+-- The requests arrived and not finished over a tenant's open batches.
+local function outstanding(tenant)
+  local n = 0
+  for _, b in ipairs(tenant_batches(tenant)) do
+    if b[2][1] == 'open' then n = n + tonumber(b[2][2]) - tonumber(b[2][3]) end
   end
   return n
 end

@@ -2,16 +2,16 @@
 -- holds `size` samples or none came for `rollover` seconds, then the next. A sample seen before joins the batch
 -- it joined then (its key lasts `ttl` seconds). `epoch`: the tenant's first batch's epoch, when it has none yet.
 -- Returns {index, epoch, index to seal or -1}; {'limit', outstanding} for a new sample when its tenant already has
--- `most` requests outstanding ('' = no limit; the submit checks it again as the request arrives).
+-- `most_outstanding` requests outstanding ('' = no limit; the submit checks it again as the request arrives).
 local state, joined = roll_key(tenant, protocol), roll_sample_key(tenant, protocol, sample)
 local known = redis.call('GET', joined)
 if known then
   local sep = string.find(known, ':', 1, true)
   return {tonumber(string.sub(known, sep + 1)), string.sub(known, 1, sep - 1), -1}
 end
-if most ~= '' then
+if most_outstanding ~= '' then
   local n = outstanding(tenant)
-  if n >= tonumber(most) then return {'limit', n} end
+  if n >= tonumber(most_outstanding) then return {'limit', n} end
 end
 local t, most, idle = tonumber(at), tonumber(size), tonumber(rollover)
 local f = redis.call('HMGET', state, 'epoch', 'index', 'count', 'last')

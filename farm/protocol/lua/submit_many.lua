@@ -22,10 +22,10 @@ local b = batch_key(bid)
 local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key', 'sealed')
 if f[1] ~= 'open' or f[5] or tonumber(f[3]) + n > tonumber(f[2]) then return one_by_one() end
 local rids = {}
-local tenant, most = arg(0, A_TENANT), arg(0, A_MOST)
+local tenant, most = arg(0, A_TENANT), arg(0, A_MOST_OUTSTANDING)
 for i = 0, n - 1 do
   if arg(i, A_BATCH) ~= bid or arg(i, A_FIRST_QUEUE) == '' or arg(i, A_TENANT) ~= tenant
-      or arg(i, A_MOST) ~= most then
+      or arg(i, A_MOST_OUTSTANDING) ~= most then
     return one_by_one()
   end
   rids[i + 1] = arg(i, A_REQUEST)
