@@ -8,7 +8,7 @@ from farm.pipeline import InvalidInput, UnknownPipeline
 
 __all__ = ["InvalidInput", "UnknownPipeline", "BatchNotFound", "BatchConflict", "BatchClosed", "BatchFull",
            "BatchAbandoned", "DuplicateRequest", "PayloadTooLarge", "FarmError", "FarmNotConfigured", "FarmUnavailable",
-           "BatchLost", "Unauthorized", "LimitReached", "HTTP_STATUS", "BY_NAME"]
+           "BatchLost", "Unauthorized", "LimitReached", "LimitExceeded", "HTTP_STATUS", "BY_NAME"]
 
 
 class BatchNotFound(InvalidInput):
@@ -47,6 +47,11 @@ class DuplicateRequest(InvalidInput):
 
 class PayloadTooLarge(InvalidInput):
     """The payload is over `Settings.max_payload_bytes`."""
+
+
+class LimitExceeded(InvalidInput):
+    """A tenant's limit refuses the call (the gateway answers 429); the message says which and what to do. The
+    farm's scripts check the limit on requests outstanding as each request arrives (farm.protocol.calls.Cap)."""
 
 
 class FarmError(Exception):

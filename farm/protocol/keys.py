@@ -41,7 +41,7 @@ class Shape:
         self._format = "{}" + "".join(literal.replace("{", "{{").replace("}", "}}") + ("{}" if field else "")
                                       for literal, field in self.pieces)
         self._parse = re.compile("".join(re.escape(literal) + ("(.*?)" if field else "")
-                                         for literal, field in self.pieces) + "$")
+                                         for literal, field in self.pieces) + r"\Z")
 
     def build(self, namespace: str, *values: object) -> str:
         return self._format.format(namespace, *values)
@@ -91,7 +91,8 @@ def _members(cls: type) -> dict[str, str]:
 BATCH = Shape(":b:{batch}")  # a batch's keys: this, then a Part
 QUEUE = Shape(":q:{queue}:{part}")  # a stage queue's keys; `part` a QueuePart
 BROKER = Shape(".{queue}")  # list: the Celery queue (kombu's) a stage queue's wake-up tokens go to
-TENANT_OPEN = Shape(":gw:t{tenant}:open")  # set: a tenant's batches the gateway counts as open (its limit)
+# zset: a tenant's batches the gateway counts as open (its limits), by when each was admitted (a set, `:open`, before)
+TENANT_OPEN = Shape(":gw:t{tenant}:opened")
 ROLL = Shape(":gw:roll:t{tenant}:{protocol}")  # hash: a tenant's current rolling batch of one protocol
 ROLL_SAMPLE = Shape(ROLL.pattern + ":s:{sample}")  # string: the rolling batch a sample joined (its retries find it)
 STOPPING = Shape(":{backend}:stopping")  # hash: a backend's workers retiring: name -> since (planner.backends)

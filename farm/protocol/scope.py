@@ -6,15 +6,10 @@ Pure functions of the tenant's id; no I/O.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from farm.errors import InvalidInput
 from farm.protocol.calls import new_batch_id
-
-_BATCH_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
-_TASK = re.compile(r"^[A-Za-z0-9_.-]+$")
-MAX_BATCH_ID, MAX_TASK = 128, 64  # the farm's own limits (farm.protocol.calls), prefix included
+from farm.protocol.ids import BATCH, MAX_BATCH_ID, MAX_TASK, TASK, TENANT_PREFIX
 
 
 def tenant_label(tenant_id: int | None) -> str:
@@ -46,28 +41,22 @@ class Scope:
         """The farm's id of the tenant's batch (a fresh one when None); InvalidInput for a malformed id."""
         if batch_id is None:
             batch_id = new_batch_id()
-        room = MAX_BATCH_ID - len(self.batch_prefix)
-        if not isinstance(batch_id, str) or not _BATCH_ID.match(batch_id) or len(batch_id) > room:
-            raise InvalidInput(f"batch id must be 1-{room} letters, digits or '_.:-', not {batch_id!r:.200}")
-        return self.batch_prefix + batch_id
+        return self.batch_prefix + BATCH.check(batch_id, MAX_BATCH_ID - len(self.batch_prefix))
 
     def task(self, task: str) -> str:
-        room = MAX_TASK - len(self.task_prefix)
-        if not isinstance(task, str) or not _TASK.match(task) or len(task) > room:
-            raise InvalidInput(f"task must be 1-{room} letters, digits or '_.-', not {task!r:.200}")
-        return self.task_prefix + task
+        return self.task_prefix + TASK.check(task, MAX_TASK - len(self.task_prefix))
 
     def adopt_batch(self, batch_id: str | None) -> str:
         """For a client that works in the farm's names (the direct client): an id already under the prefix
         is the farm's own, any other is the tenant's name for one."""
         prefix = self.batch_prefix
-        if isinstance(batch_id, str) and batch_id.startswith(prefix) and len(batch_id) > len(prefix):
-            return batch_id
+        if isinstance(batch_id, str) and batch_id.startswith(prefix):
+            return prefix + BATCH.check(batch_id[len(prefix):], MAX_BATCH_ID - len(prefix))
         return self.batch(batch_id)
 
     def adopt_task(self, task: str) -> str:
         if isinstance(task, str) and task.startswith(self.task_prefix) and len(task) > len(self.task_prefix):
-            return task
+            return self.task(task[len(self.task_prefix):])
         return self.task(task)
 
     def owns_batch(self, farm_id: str) -> bool:
@@ -85,11 +74,8 @@ class Scope:
         return text.replace(f"'{self.batch_prefix}", "'").replace(f"'{self.task_prefix}", "'")
 
 
-_TENANT_BATCH = re.compile(r"^t(\d+):")
-
-
 def tenant_of(farm_batch: str) -> int | None:
     """The tenant whose batch this farm id is (its `t<id>:` prefix); None for a batch opened directly on the
     farm, outside any tenant's names."""
-    found = _TENANT_BATCH.match(farm_batch)
+    found = TENANT_PREFIX.match(farm_batch)
     return int(found.group(1)) if found else None

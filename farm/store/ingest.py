@@ -20,7 +20,7 @@ from farm.store.models import Batch, Request, RequestStage, Task, Worker
 
 # The ids and the task key rows (primary keys, btree indexes): a PostgreSQL index row holds ~2.7 kB, and a
 # request's stage row is keyed by batch, request and stage together. Every id the client takes fits
-# (farm.protocol.calls: request ids up to MAX_REQUEST_ID_BYTES, batch ids 128 and tasks 64 characters).
+# (farm.protocol.ids: request ids and groups up to MAX_REQUEST_ID_BYTES, batch ids 128 and tasks 64 characters).
 MAX_KEY_BYTES = 1024
 _KEYS = {"batch", "request", "task"}
 _STRINGS = {"pipeline": 64, "worker": 200, "stage": 130, "status": 32, "outcome": 32, "backend": 32}

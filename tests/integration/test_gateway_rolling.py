@@ -100,3 +100,47 @@ def test_a_batch_that_ended_without_its_samples_is_rolled_past_once(redis_url, n
         return first, moved, after
     first, moved, after = run(redis_url, namespace, script)
     assert moved == [True, False] and after.index == first.index + 1 and after.seal is None
+
+
+def test_a_sample_refused_after_joining_leaves_and_the_batch_waits_for_the_rest(redis_url, namespace):
+    async def script(r, roller):
+        a = await roller.join(r, 1, "openrlhf", ROLL, "a", 100.0)
+        b = await roller.join(r, 1, "openrlhf", ROLL, "b", 100.5)
+        seal = await roller.leave(r, 1, "openrlhf", ROLL, "b", b)
+        c = await roller.join(r, 1, "openrlhf", ROLL, "c", 101.0)
+        d = await roller.join(r, 1, "openrlhf", ROLL, "d", 101.5)
+        return a, seal, c, d, await r.exists(roller.keys.roll_sample(1, "openrlhf", "b"))
+    a, seal, c, d, b_kept = run(redis_url, namespace, script)
+    assert seal is None and not b_kept
+    assert a.batch_id == c.batch_id == d.batch_id  # b's place went to d: three samples that arrive fill it
+
+
+def test_the_last_sample_leaving_its_batch_seals_it_and_the_next_opens_another(redis_url, namespace):
+    async def script(r, roller):
+        a = await roller.join(r, 1, "openrlhf", ROLL, "a", 100.0)
+        seal = await roller.leave(r, 1, "openrlhf", ROLL, "a", a)
+        return a, seal, await roller.join(r, 1, "openrlhf", ROLL, "b", 100.5)
+    a, seal, b = run(redis_url, namespace, script)
+    assert seal == a.batch_id and b.batch_id != a.batch_id
+
+
+def test_a_sample_refused_after_its_batch_filled_seals_that_batch(redis_url, namespace):
+    async def script(r, roller):
+        joined = [await roller.join(r, 1, "openrlhf", ROLL, f"k{i}", 100.0 + i) for i in range(4)]
+        return joined, await roller.leave(r, 1, "openrlhf", ROLL, "k2", joined[2])
+    joined, seal = run(redis_url, namespace, script)
+    assert seal == joined[0].batch_id != joined[3].batch_id  # its size becomes the two that arrived
+
+
+def test_a_new_sample_at_the_tenants_limit_is_refused_before_it_joins_but_a_retry_is_not(redis_url, namespace):
+    from farm.errors import LimitExceeded
+
+    async def script(r, roller):
+        first = await roller.join(r, 1, "openrlhf", ROLL, "a", 100.0)
+        with pytest.raises(LimitExceeded, match="limit is 0"):
+            await roller.join(r, 1, "openrlhf", ROLL, "b", 100.5, most=0)
+        retry = await roller.join(r, 1, "openrlhf", ROLL, "a", 101.0, most=0)
+        state = await r.hget(roller.state_key(1, "openrlhf"), "count")
+        return first, retry, state, await r.exists(roller.keys.roll_sample(1, "openrlhf", "b"))
+    first, retry, count, b_kept = run(redis_url, namespace, script)
+    assert retry.batch_id == first.batch_id and count == "1" and not b_kept

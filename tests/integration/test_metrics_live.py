@@ -119,3 +119,12 @@ def test_a_redis_that_is_gone_is_reported_down_and_the_scrape_still_answers(sett
     registry.register(LiveCollector(gone, None, client))
     assert registry.get_sample_value("farm_redis_up") == 0
     assert registry.get_sample_value("farm_stage_queued_requests", {"pipeline": "synthetic", "stage": "compile"}) is None
+
+
+def test_the_redis_memory_and_its_bound_are_read_as_redis_reports_them(settings, scrape):
+    client = redis_lib.Redis.from_url(settings.redis_url, decode_responses=True)
+    info = client.info("memory")
+    client.close()
+    assert scrape("farm_redis_memory_used_bytes") > 0
+    assert scrape("farm_redis_memory_max_bytes") == info["maxmemory"]
+    assert scrape("farm_redis_maxmemory_policy", {"policy": info["maxmemory_policy"]}) == 1

@@ -18,7 +18,7 @@ from farm.app import redis_users
 from farm.app.cli import main
 from farm.client.sync import RewardClient
 from farm.config import Settings
-from farm.errors import BatchNotFound
+from farm.errors import BatchNotFound, InvalidInput
 from farm.protocol.calls import cancel_call
 from farm.protocol.dispatch import Dispatch
 from farm.store import engine as store
@@ -73,8 +73,11 @@ def test_a_tenants_direct_client_runs_its_batch_end_to_end(tenants, redis_url, n
 
 
 def test_the_direct_client_names_no_batch_outside_its_tenant(tenants, redis_url, namespace):
-    with RewardClient(direct(redis_url, namespace, 7, tenants[7])) as client, pytest.raises(BatchNotFound):
-        client.batch("t8:private")  # read as its own "t7:t8:private"
+    with RewardClient(direct(redis_url, namespace, 7, tenants[7])) as client:
+        with pytest.raises(InvalidInput, match="batch id must be"):
+            client.batch("t8:private")  # not its own name for a batch: no ':' in a name (farm.protocol.ids)
+        with pytest.raises(BatchNotFound):
+            client.batch("private")  # its own "t7:private"
 
 
 def test_redis_refuses_reading_another_tenants_batch(tenants, redis_url, namespace):

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from farm.config import Settings
 from farm.knobs import Knobs
-from farm.protocol.calls import admit, admitted_calls, open_call, submit_many_call
+from farm.protocol.calls import Cap, admit, admitted_calls, open_call, submit_many_call
 from farm.protocol.dispatch import Dispatch
+from farm.protocol.keys import Keys
 from farm.protocol.scripts import SEAL, Call
 from tests.conftest import REDIS_URL
 from workers.pipelines import synthetic
@@ -31,10 +32,10 @@ request = st.tuples(st.sampled_from(["r0", "r1", "r2", "r3", "r4", "r5"]),  # fe
                     st.integers(0, 1))  # a second payload variant: the same id with another payload conflicts
 
 
-def calls_for(requests, now: float, knobs: Knobs) -> list[Call]:
+def calls_for(requests, now: float, knobs: Knobs, cap: Cap | None = None) -> list[Call]:
     admitted = [admit(Settings(), PIPELINE, rid, {"times": PATHS[path], "reward": variant}, group)
                 for rid, path, group, variant in requests]
-    return admitted_calls(PIPELINE, "b0", admitted, now, knobs)
+    return admitted_calls(PIPELINE, "b0", admitted, now, knobs, cap)
 
 
 def snapshot(r: redis.Redis, namespace: str) -> dict:
@@ -60,7 +61,9 @@ def snapshot(r: redis.Redis, namespace: str) -> dict:
     return out
 
 
-def farm_after(before, now_requests, size: int, sealed: bool, bulk: bool, lua_tokens: bool) -> tuple[dict, list]:
+def farm_after(before, now_requests, size: int, sealed: bool, bulk: bool, lua_tokens: bool,
+               most: int | None = None) -> tuple[dict, list]:
+    """`most`: the batch is tenant 1's, whose limit on requests outstanding the submits carry."""
     namespace = f"t{uuid.uuid4().hex[:10]}"
     farm = Dispatch(Settings(redis_url=REDIS_URL, namespace=namespace,
                              broker_url=None if lua_tokens else "redis://127.0.0.1:6379/15"))
@@ -68,11 +71,13 @@ def farm_after(before, now_requests, size: int, sealed: bool, bulk: bool, lua_to
     try:
         knobs = Knobs()
         farm.run(open_call("t", PIPELINE, size, "b0", None, 100.0))
+        if most is not None:
+            r.zadd(Keys(namespace).tenant_open(1), {"b0": 100.0})
         for call in calls_for(before, 100.5, knobs):
             farm.run(call)
         if sealed:
             farm.run(SEAL.call(batch="b0", at="100.7"))
-        calls = calls_for(now_requests, 101.0, knobs)
+        calls = calls_for(now_requests, 101.0, knobs, None if most is None else Cap(1, most))
         replies = farm.run(submit_many_call(calls)) if bulk else [farm.run(c) for c in calls]
         return snapshot(r, namespace), replies
     finally:
@@ -83,11 +88,11 @@ def farm_after(before, now_requests, size: int, sealed: bool, bulk: bool, lua_to
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(before=st.lists(request, max_size=3), now_requests=st.lists(request, min_size=2, max_size=10),
-       size=st.integers(1, 14), sealed=st.booleans(), lua_tokens=st.booleans())
+       size=st.integers(1, 14), sealed=st.booleans(), lua_tokens=st.booleans(), most=st.none() | st.integers(0, 8))
 def test_a_bulk_submit_leaves_the_farm_as_the_same_submits_one_at_a_time(before, now_requests, size, sealed,
-                                                                        lua_tokens):
-    one = farm_after(before, now_requests, size, sealed, bulk=False, lua_tokens=lua_tokens)
-    many = farm_after(before, now_requests, size, sealed, bulk=True, lua_tokens=lua_tokens)
+                                                                        lua_tokens, most):
+    one = farm_after(before, now_requests, size, sealed, bulk=False, lua_tokens=lua_tokens, most=most)
+    many = farm_after(before, now_requests, size, sealed, bulk=True, lua_tokens=lua_tokens, most=most)
     assert many[1] == one[1]
     assert many[0] == one[0]
 
@@ -100,4 +105,13 @@ def test_the_usual_bulk_submit_takes_the_fast_path_and_still_matches():
     one = farm_after(before, now_requests, 10, False, bulk=False, lua_tokens=True)
     many = farm_after(before, now_requests, 10, False, bulk=True, lua_tokens=True)
     assert [r[0] for r in many[1]] == ["queued", "queued", "duplicate", "queued", "conflict", "queued"]
+    assert many == one
+
+
+def test_a_bulk_over_the_tenants_limit_takes_what_fits_in_turn_as_one_at_a_time_would():
+    now_requests = [("r1", "compile", None, 0), ("r2", "execute", None, 0), ("r3", "none", None, 0),
+                    ("r1", "compile", None, 0), ("r4", "both", None, 0)]
+    one = farm_after([("r0", "compile", None, 0)], now_requests, 10, False, bulk=False, lua_tokens=True, most=2)
+    many = farm_after([("r0", "compile", None, 0)], now_requests, 10, False, bulk=True, lua_tokens=True, most=2)
+    assert [r[0] for r in many[1]] == ["queued", "limit", "finished", "duplicate", "limit"]
     assert many == one

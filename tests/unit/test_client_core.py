@@ -71,7 +71,8 @@ def test_only_a_queued_request_needs_a_token_from_the_client_and_only_when_lua_c
     from farm.protocol.scripts import SUBMIT
 
     call = SUBMIT.call(batch="b0", request="r0", payload="{}", state="{}", first_queue="synthetic.compile",
-                       at="1.0", result="", arrived_event="", done_event="", group="", limit="6.0")
+                       at="1.0", result="", arrived_event="", done_event="", group="", limit="6.0",
+                       tenant="", most_outstanding="")
     own_broker = Session(Settings(redis_url="redis://h:1/0", broker_url="amqp://rabbit//"))
     assert own_broker.submitted(call, ["queued"]) == ("queued", "synthetic.compile")
     assert own_broker.submitted(call, ["duplicate"]) == ("duplicate", None)

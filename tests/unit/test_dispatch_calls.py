@@ -32,6 +32,7 @@ from farm.protocol.calls import (
 )
 from farm.protocol.scripts import SOURCES, SUBMIT
 from farm.protocol.state import RequestState
+from farm.protocol.ids import GROUP, REQUEST
 from farm.protocol.tokens import hard_limit, task_name
 from farm.results import Result, Status
 from workers.pipelines import synthetic
@@ -44,8 +45,8 @@ def submit(payload, request_id="r0", group=None):
     return submit_call(SETTINGS, PIPELINE, "b0", request_id, payload, group, 100.0)
 
 
-@given(st.lists(st.tuples(st.text(min_size=1, max_size=20).filter(str.isprintable),
-                            st.none() | st.text(max_size=20).filter(bool),
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=20).filter(REQUEST.accepts),
+                            st.none() | st.text(max_size=20).filter(GROUP.accepts),
                             st.sampled_from([[0, 1], [1, 0], [1, 1], [0, 0]])), min_size=1, max_size=6,
                 unique_by=lambda r: r[0]))
 def test_arrivals_encoded_together_say_exactly_what_each_encoded_alone_says(requests):

@@ -8,7 +8,8 @@ import pytest
 from farm import registry
 from farm.config import Settings
 from farm.pipeline import InvalidInput
-from farm.protocol.calls import MAX_REQUEST_ID_BYTES, check_batch_id, open_call, submit_call
+from farm.protocol.calls import open_call, submit_call
+from farm.protocol.ids import MAX_REQUEST_ID_BYTES, check_farm_batch
 from farm.store.ingest import MAX_KEY_BYTES, clean
 
 SYNTHETIC = registry.get("synthetic")
@@ -30,11 +31,11 @@ def test_a_longer_request_id_is_refused_at_submit_saying_the_limit():
 
 def test_every_id_the_client_takes_fits_a_key_of_the_history_store():
     longest_batch, longest_task = "b" * 128, "t" * 64
-    check_batch_id(longest_batch)
+    check_farm_batch(longest_batch)
     open_call(longest_task, SYNTHETIC, 1, longest_batch, None, 1.0)
     assert max(MAX_REQUEST_ID_BYTES, len(longest_batch), len(longest_task)) <= MAX_KEY_BYTES
     with pytest.raises(InvalidInput):
-        check_batch_id("b" * 129)
+        check_farm_batch("b" * 129)
 
 
 def test_a_group_of_any_length_is_recorded_not_refused():

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
 import redis.asyncio as aioredis
 
-from farm.errors import InvalidInput
+from farm.protocol.ids import check_cursor
 from farm.protocol.keys import Keys, Part
 
 log = logging.getLogger(__name__)
@@ -26,17 +25,12 @@ BLOCK_MS = 1000  # the longest one XREAD blocks: bounds a wake-up lost to a race
 RETRY_S = 0.5  # after the bell's connection failed: the waiters re-read (and see the outage) meanwhile
 
 
-_ID = re.compile(r"\A([0-9]{1,20})-([0-9]{1,20})\Z")  # [0-9], not \d, which takes any script's digits
-_ID_MAX = (1 << 64) - 1  # each half of a Redis stream id is an unsigned 64-bit number
-
-
-def stream_id(text: str) -> tuple[int, int]:
-    """A results cursor (a stream id, 'ms-seq') as a comparable pair; InvalidInput for anything that is not one,
-    checked before it reaches Redis (one bad id in the bell's shared XREAD would fail every waiter's)."""
-    found = _ID.match(text) if isinstance(text, str) else None
-    if found is None or max(int(found[1]), int(found[2])) > _ID_MAX:
-        raise InvalidInput(f"cursor must be '0-0' or a cursor this API returned, not {text!r:.100}")
-    return int(found[1]), int(found[2])
+def stream_id(cursor: str) -> tuple[int, int]:
+    """A results cursor (a stream id, 'ms-seq') as a comparable pair; InvalidInput for anything that is not one
+    (farm.protocol.ids), checked before it reaches Redis: one bad id in the bell's shared XREAD would fail every
+    waiter's."""
+    ms, seq = check_cursor(cursor).split("-")
+    return int(ms), int(seq)
 
 
 @dataclass(eq=False)

@@ -1,22 +1,19 @@
 """A tenant's limits on a shared farm: batches open at once and requests outstanding (checked in Redis,
 so every gateway process counts the same), and one request's payload size (checked before sending).
 
-The outstanding count is read, then the submit sent: calls racing each other can pass the limit together
-by at most what they carry. The limit is there to stop a flood, not to bill to the request.
+Requests outstanding are counted twice: here, read before a call is sent, so a call that cannot fit is refused
+whole; and by the submit scripts as each new request arrives (farm.protocol.calls.Cap), atomically, so calls
+racing each other, on any route and any gateway process, cannot pass the limit together.
 """
 
 from __future__ import annotations
 
-from farm.errors import InvalidInput
+from farm.errors import InvalidInput, LimitExceeded
 from farm.protocol import reads
 from farm.protocol.calls import canonical_json
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress, parse_progress
 from farm.protocol.scripts import ADMIT_BATCH, OUTSTANDING, SOURCES, run
-
-
-class LimitExceeded(Exception):
-    """A tenant's limit refuses the call (HTTP 429); the message says which and what to do."""
 
 
 class TooLarge(InvalidInput):
@@ -43,7 +40,7 @@ class Limits:
 
     async def forget_batch(self, redis, tenant_id: int, farm_batch: str) -> None:
         """A batch that could not be opened after all is not counted."""
-        await redis.srem(self.keys.tenant_open(tenant_id), farm_batch)
+        await redis.zrem(self.keys.tenant_open(tenant_id), farm_batch)
 
     async def admit_requests(self, redis, tenant_id: int, count: int, limit: int, farm_id: str) -> Progress:
         """The batch's progress (BatchNotFound first: the batch decides whether there is anything to limit),

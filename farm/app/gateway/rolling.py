@@ -17,8 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from farm.errors import LimitExceeded
 from farm.protocol.keys import ROLL, Keys
-from farm.protocol.scripts import ROLL_IDLE, ROLL_JOIN, ROLL_PAST, SOURCES, run
+from farm.protocol.scripts import ROLL_IDLE, ROLL_JOIN, ROLL_LEAVE, ROLL_PAST, SOURCES, run
 from farm.results import Result, Status
 
 KEY_TTL_S = 3600  # how long a retried sample still finds its request (OpenRLHF gives up after 5 tries of 180 s)
@@ -73,6 +74,7 @@ class Roller:
         self.namespace = namespace
         self.keys = Keys(namespace)
         self._join = redis.register_script(SOURCES[ROLL_JOIN.name])
+        self._leave = redis.register_script(SOURCES[ROLL_LEAVE.name])
         self._idle = redis.register_script(SOURCES[ROLL_IDLE.name])
         self._past = redis.register_script(SOURCES[ROLL_PAST.name])
 
@@ -80,15 +82,20 @@ class Roller:
         return self.keys.roll(tenant_id, protocol)
 
     async def join(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, now: float,
-                   stale: Joined | None = None) -> Joined:
+                   stale: Joined | None = None, most: int | None = None) -> Joined:
         """The sample's batch and request; `stale`: what it joined before, whose result is not to be replayed
-        (it joins afresh, as that request's rerun, unless a concurrent call did so first)."""
+        (it joins afresh, as that request's rerun, unless a concurrent call did so first). LimitExceeded, with
+        nothing stored, when it would join as a new request while the tenant has `most` requests outstanding."""
         epoch = str(int(now * 1000))
-        index, epoch, seal, request, value, seen = await run(self._join, self.namespace, ROLL_JOIN.call(
+        reply = await run(self._join, self.namespace, ROLL_JOIN.call(
             tenant=tenant_id, protocol=protocol, sample=key, at=repr(now), size=rolling.batch_size,
             rollover=repr(rolling.rollover_s), ttl=KEY_TTL_S, epoch=epoch,
             request=key[:32] if stale is None else rerun_id(stale.request_id),
-            stale=stale.value if stale is not None else ""), redis)
+            stale=stale.value if stale is not None else "", most_outstanding="" if most is None else most), redis)
+        if reply[0] in ("limit", b"limit"):
+            raise LimitExceeded(f"this tenant has {reply[1]} requests outstanding and its limit is {most}: wait for "
+                                f"results before sending more")
+        index, epoch, seal, request, value, seen = reply
         await redis.sadd(self.keys.rolls, self.state_key(tenant_id, protocol))
         sealed = rolling.batch_id(protocol, epoch, int(seal)) if int(seal) >= 0 else None
         return Joined(rolling.batch_id(protocol, epoch, int(index)), request, sealed, bool(int(seen)), value, epoch,
@@ -99,6 +106,14 @@ class Roller:
         the next sample opens the next (else every sample would join a batch that takes none)."""
         return bool(await run(self._past, self.namespace, ROLL_PAST.call(
             tenant=tenant_id, protocol=protocol, epoch=joined.epoch, index=joined.index), redis))
+
+    async def leave(self, redis, tenant_id: int, protocol: str, rolling: Rolling, key: str, joined: Joined
+                    ) -> str | None:
+        """A joined sample the farm refused (a limit) leaves its batch; the tenant's name of a batch to seal
+        now that it waits for no one (farm/protocol/lua/roll_leave.lua), or None."""
+        seal = await run(self._leave, self.namespace, ROLL_LEAVE.call(
+            tenant=tenant_id, protocol=protocol, sample=key, epoch=joined.epoch, index=joined.index), redis)
+        return rolling.batch_id(protocol, joined.epoch, int(seal)) if int(seal) >= 0 else None
 
     async def forget(self, redis, tenant_id: int, protocol: str, key: str) -> None:
         """The sample's batch ended without it: it is new again, for the current batch to take."""

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from farm.app.gateway.auth import Directory
@@ -22,8 +22,10 @@ from farm.app.gateway.rolling import Joined, Roller, Rolling, runs_again
 from farm.app.gateway.waiting import WaitingSlots
 from farm.client.aio import AsyncBatch, AsyncRewardClient
 from farm.client.core import BatchInfo, GroupTracker, arrivals, done_entries
-from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput
+from farm.errors import BatchClosed, BatchNotFound, FarmError, InvalidInput, LimitExceeded
 from farm.protocol import reads
+from farm.protocol.calls import Cap
+from farm.protocol.ids import check_cursor
 from farm.protocol.live import Progress
 from farm.protocol.scope import Scope
 from farm.protocol.silence import Touched
@@ -111,7 +113,7 @@ class Gateway:
         farm_id = caller.scope.batch(batch_id)
         progress = await self.client.call(lambda r: self.limits.admit_requests(
             r, caller.tenant.id, len(items), limits.queued_requests, farm_id))
-        return await AsyncBatch(self.client, BatchInfo.of(progress)).submit_many(items)
+        return await AsyncBatch(self.client, BatchInfo.of(progress, cap_of(caller))).submit_many(items)
 
     async def cancel(self, caller: Caller, batch_id: str) -> str:
         batch = await self.client.batch(caller.scope.batch(batch_id))
@@ -145,7 +147,7 @@ class Gateway:
 
     async def _results(self, caller: Caller, batch_id: str, cursor: str, wait_s: float, limit: int,
                        hold: bool) -> Page:
-        stream_id(cursor)  # InvalidInput for a cursor this API never returned
+        check_cursor(cursor)
         farm_id = caller.scope.batch(batch_id)
         await self._touch(farm_id)  # the batch's existence, and a sign of life from its trainer
         page = await self._page(farm_id, cursor, limit)
@@ -244,22 +246,30 @@ class Gateway:
 
     async def _one(self, caller: Caller, protocol: str, rolling: Rolling, key: str, payload: Any,
                    wait_s: float, replay: bool) -> Result:
+        check_payload(key[:32], payload, caller.tenant.limits.payload_bytes)  # before it joins: it leaves nothing
         joined = await self._join(caller, protocol, rolling, key)
         if joined.seen and runs_again(await self._stored(caller, joined), replay):
             joined = await self._join(caller, protocol, rolling, key, stale=joined)
         if joined.seal is not None:
             await self._seal_quietly(caller.scope.batch(joined.seal))
-        check_payload(joined.request_id, payload, caller.tenant.limits.payload_bytes)
         farm_id = caller.scope.batch(joined.batch_id)
         try:
-            batch = await self.client.batch(farm_id)
-        except BatchNotFound:  # this sample's batch is not open yet: it opens it (concurrent openers attach)
-            await self.open(caller, rolling.task, rolling.pipeline, rolling.batch_size, joined.batch_id, None)
-            batch = await self.client.batch(farm_id)
-        try:
-            await batch.submit(joined.request_id, payload)  # a retried sample is a duplicate: a no-op
-        except BatchClosed:
-            pass  # sealed after this sample joined it (it arrived before, as a retry does): its result is there
+            try:
+                batch = await self.client.batch(farm_id)
+            except BatchNotFound:  # this sample's batch is not open yet: it opens it (concurrent openers attach)
+                await self.open(caller, rolling.task, rolling.pipeline, rolling.batch_size, joined.batch_id, None)
+                batch = await self.client.batch(farm_id)
+            try:  # a retried sample is a duplicate: a no-op
+                await AsyncBatch(self.client, replace(batch.info, cap=cap_of(caller))).submit(joined.request_id,
+                                                                                              payload)
+            except BatchClosed:
+                pass  # sealed after this sample joined it (it arrived before, as a retry does): its result is there
+        except LimitExceeded:  # refused (open batches or requests outstanding): the sample leaves its batch
+            seal = await self.client.call(lambda r: self.roller.leave(r, caller.tenant.id, protocol, rolling, key,
+                                                                      joined))
+            if seal is not None:
+                await self._seal_quietly(caller.scope.batch(seal))
+            raise
         try:
             return await self.hub.wait(farm_id, joined.request_id, wait_s)
         except LookupError:  # its batch ended without it: samples to come must not join that batch
@@ -268,8 +278,10 @@ class Gateway:
 
     async def _join(self, caller: Caller, protocol: str, rolling: Rolling, key: str,
                     stale: Joined | None = None) -> Joined:
+        """The sample's batch and request; LimitExceeded before it joins as a new request past the tenant's limit."""
+        most = caller.tenant.limits.queued_requests
         return await self.client.call(lambda r: self.roller.join(r, caller.tenant.id, protocol, rolling, key,
-                                                                 time.time(), stale))
+                                                                 time.time(), stale, most))
 
     async def _stored(self, caller: Caller, joined: Joined) -> Result | None:
         """The result the sample's request already has, if it finished."""
@@ -324,6 +336,11 @@ class Gateway:
         await self.hub.close()
         await self.bell.close()
         await self.client.close()
+
+
+def cap_of(caller: Caller) -> Cap:
+    """The tenant's limit on requests outstanding, as the submit scripts check it."""
+    return Cap(caller.tenant.id, caller.tenant.limits.queued_requests)
 
 
 def unscoped(caller: Caller, result: Result) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Awaitable, Iterator, TypeVar
 
 from starlette.requests import Request
 
-from farm.app.gateway.limits import LimitExceeded
+from farm.errors import LimitExceeded
 from farm.store.tenants import Tenant
 
 T = TypeVar("T")

@@ -8,7 +8,9 @@ import asyncio
 import json
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ResponseError
 
 from farm.app.gateway.auth import Forbidden, Unauthenticated, bearer
 from farm.app.gateway.limits import LimitExceeded, TooLarge
@@ -44,17 +46,44 @@ async def operator(request: Request) -> Caller:
     return c
 
 
+class AsciiJSON(JSONResponse):
+    """An answer that any input it quotes cannot break: text in ASCII escapes (a lone surrogate has no UTF-8)."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 def error_response(request: Request, exc: Exception) -> JSONResponse:
     status = next(code for kind, code in STATUS if isinstance(exc, kind))
     scope = getattr(request.state, "scope", None)
     message = scope.message(str(exc)) if scope is not None else str(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Retry-After": "1"} if status == 429 else None
-    return JSONResponse({"error": {"type": type(exc).__name__, "message": message}}, status, headers=headers)
+    return AsciiJSON({"error": {"type": type(exc).__name__, "message": message}}, status, headers=headers)
+
+
+def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422, saying where and what for each error but not echoing the value: it may be a number JSON
+    cannot carry (1e400 is infinity) or text with a lone surrogate, and the answer must still be sent."""
+    detail = [{"loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")),
+               "type": str(e.get("type", ""))} for e in exc.errors()]
+    return AsciiJSON({"detail": detail}, 422)
+
+
+def at_bound(request: Request, exc: ResponseError) -> JSONResponse:
+    """The farm's Redis refused a write at its memory bound (noeviction, farm.app.redis_memory; inside a script
+    Redis says so only in the message): farm trouble, 503, and the operator's alert fired before it. Any other
+    error of Redis's is the gateway's own fault and stays a 500."""
+    if "OOM command not allowed" not in str(exc):
+        raise exc
+    return AsciiJSON({"error": {"type": "FarmFull", "message": "the farm's Redis is at its memory bound and takes "
+                                "no more writes; try again later"}}, 503, headers={"Retry-After": "5"})
 
 
 def install_errors(app: FastAPI) -> None:
     for kind, _ in STATUS:
         app.add_exception_handler(kind, error_response)
+    app.add_exception_handler(ResponseError, at_bound)
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(_Refused, _refused_response)
 
 

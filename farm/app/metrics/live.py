@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from farm.app import redis_memory
 from farm.app.metrics.labels import resource_of, split_queue
 from farm.config import Settings
 from farm.protocol import counters, heartbeat
@@ -77,6 +78,21 @@ class LiveCollector(Collector):
         yield from self._batches()
         yield from self._counters()
         yield from self._stream(now)
+        yield from self._memory()
+
+    def _memory(self) -> Iterator[Any]:
+        m = redis_memory.read(self.redis)
+        for name, doc, value in (
+            ("farm_redis_memory_used_bytes", "Memory the farm's Redis uses.", m.used),
+            ("farm_redis_memory_max_bytes", "The farm's Redis's memory bound (maxmemory; 0: none).", m.bound),
+        ):
+            g = _gauge(name, doc)
+            g.add_metric([], value)
+            yield g
+        policy = _gauge("farm_redis_maxmemory_policy", "What the farm's Redis does at its bound (1 on the policy's "
+                        "label): farm state needs noeviction.", ["policy"])
+        policy.add_metric([m.policy], 1)
+        yield policy
 
     def _knobs(self) -> Iterator[Any]:
         knobs = knobs_now(self.redis, Keys(self.namespace))

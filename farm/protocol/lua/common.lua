@@ -95,6 +95,47 @@ local function drop_from_queue(queue, bid)
   redis.call('DEL', queue_key(queue, QPART.pending .. bid))
 end
 
+-- A tenant's batches the gateway counts (the gateway's limits, farm.app.gateway.limits), each with its head's
+-- state, arrived and done counts: closed ones leave the count here. One with no head yet is being opened (its
+-- admission and its opening are two scripts) and stays; one still without a head a minute on never opened, or
+-- expired long after it closed, and leaves.
+local OPENING_S = 60
+local function tenant_batches(tenant)
+  local open, t = tenant_open_key(tenant), now()
+  local out = {}
+  local members = redis.call('ZRANGE', open, 0, -1, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local bid = members[i]
+    local f = redis.call('HMGET', batch_key(bid), 'state', 'arrived', 'done')
+    if f[1] == 'open' or f[1] == 'cancelling' or (not f[1] and t - tonumber(members[i + 1]) < OPENING_S) then
+      out[#out + 1] = {bid, f}
+    else
+      redis.call('ZREM', open, bid)
+    end
+  end
+  return out
+end
+
+-- The requests arrived and not finished over a tenant's open batches.
+local function outstanding(tenant)
+  local n = 0
+  for _, b in ipairs(tenant_batches(tenant)) do
+    if b[2][1] == 'open' then n = n + tonumber(b[2][2]) - tonumber(b[2][3]) end
+  end
+  return n
+end
+
+-- Whether `n` more queued requests fit the tenant's limit `most` on requests outstanding ('' = none), counting
+-- them when they do. The count is read once per script run and kept here: nothing else runs meanwhile.
+local counted = nil
+local function fits(tenant, most, n)
+  if most == '' then return true end
+  counted = counted or outstanding(tenant)
+  if counted + n > tonumber(most) then return false end
+  counted = counted + n
+  return true
+end
+
 local TTL_S = 86400
 
 -- A sign of life from the trainer of an open batch (farm.protocol.silence): the batch's time in K.seen, on

@@ -3,7 +3,9 @@
 -- and request it joined then (its key lasts `ttl` seconds), unless what it joined then is `stale` (the caller
 -- saw that request's result must not be replayed): then it joins afresh as `request`. `epoch`: the tenant's
 -- first batch's epoch, when it has none yet.
--- Returns {index, epoch, index to seal or -1, request, what the sample is joined as (`stale` names it), 1 if seen before}.
+-- Returns {index, epoch, index to seal or -1, request, what the sample is joined as (`stale` names it), 1 if seen before};
+-- {'limit', outstanding} when it would join as a new request while its tenant already has `most_outstanding`
+-- requests outstanding ('' = no limit; the submit checks it again as the request arrives).
 local state, joined = roll_key(tenant, protocol), roll_sample_key(tenant, protocol, sample)
 local known = redis.call('GET', joined)
 if known and known ~= stale then
@@ -11,6 +13,10 @@ if known and known ~= stale then
   local second = string.find(known, ':', first + 1, true)
   local rid = second and string.sub(known, second + 1) or string.sub(sample, 1, 32)  -- a key from before requests were kept
   return {tonumber(string.sub(known, first + 1, (second or 0) - 1)), string.sub(known, 1, first - 1), -1, rid, known, 1}
+end
+if most_outstanding ~= '' then
+  local n = outstanding(tenant)
+  if n >= tonumber(most_outstanding) then return {'limit', n} end
 end
 local t, most, idle = tonumber(at), tonumber(size), tonumber(rollover)
 local f = redis.call('HMGET', state, 'epoch', 'index', 'count', 'last')

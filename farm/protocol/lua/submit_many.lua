@@ -22,12 +22,26 @@ local b = batch_key(bid)
 local f = redis.call('HMGET', b, 'state', 'size', 'arrived', 'key', 'sealed')
 if f[1] ~= 'open' or f[5] or tonumber(f[3]) + n > tonumber(f[2]) then return one_by_one() end
 local rids = {}
+local tenant, most = arg(0, A_TENANT), arg(0, A_MOST_OUTSTANDING)
 for i = 0, n - 1 do
-  if arg(i, A_BATCH) ~= bid or arg(i, A_FIRST_QUEUE) == '' then return one_by_one() end
+  if arg(i, A_BATCH) ~= bid or arg(i, A_FIRST_QUEUE) == '' or arg(i, A_TENANT) ~= tenant
+      or arg(i, A_MOST_OUTSTANDING) ~= most then
+    return one_by_one()
+  end
   rids[i + 1] = arg(i, A_REQUEST)
 end
 
 local stored = redis.call('HMGET', b .. PART.payload, unpack(rids))
+if most ~= '' then  -- the new requests must all fit the tenant's limit, else each is answered in its turn
+  local fresh, seen = 0, {}
+  for i = 1, n do
+    if not stored[i] and not seen[rids[i]] then
+      seen[rids[i]] = true
+      fresh = fresh + 1
+    end
+  end
+  if not fits(tenant, most, fresh) then return one_by_one() end
+end
 local replies, taken = {}, {}  -- taken: this call's new requests' payloads, for a request sent twice in it
 local payloads, states, groups, queues, order = {}, {}, {}, {}, {}
 local new = 0
