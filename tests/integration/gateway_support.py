@@ -34,7 +34,8 @@ def running_gateway(settings: Settings, engine, gateway_settings: GatewaySetting
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            h11_max_incomplete_event_size=64 * 1024, access_log=False,
-                                           proxy_headers=False))  # as farm.app.gateway.server runs it
+                                           proxy_headers=False,  # as farm.app.gateway.server runs it
+                                           timeout_graceful_shutdown=gateway_settings.shutdown_grace_s))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -47,6 +48,8 @@ def running_gateway(settings: Settings, engine, gateway_settings: GatewaySetting
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+        if thread.is_alive():  # left running, it would serve on into later tests (and read their patched clocks)
+            raise RuntimeError("the gateway did not stop within 20 s")
 
 
 def auth(token: str) -> dict[str, str]:

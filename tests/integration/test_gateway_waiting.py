@@ -11,6 +11,7 @@ import httpx
 import pytest
 import redis
 
+from farm.app.gateway.config import GatewaySettings
 from farm.client.core import POOL_SIZE
 from farm.store.tenants import TenantLimits, create_tenant
 from tests.integration.gateway_support import auth, client, running_gateway
@@ -153,3 +154,16 @@ def test_an_open_stream_holds_a_waiting_call_until_it_closes(gateway, engine):
             with client(gateway, a) as second:
                 assert second.get("/v1/batches/s/results/stream").status_code == 429  # refused before it starts
     assert poll_until_not_429(gateway, a, "/v1/batches/s/results?wait_s=0.2", within_s=10).status_code == 200
+
+
+def test_a_stopping_gateway_cuts_a_poll_in_flight_after_its_grace_instead_of_waiting_out_the_poll(settings, engine):
+    a = tenant(engine, "alpha")
+    with running_gateway(settings, engine, GatewaySettings(auth_ttl_s=0.0, shutdown_grace_s=0.5)) as base:
+        open_batch(base, a, "w")
+        sock = raw_poll(base, a, "/v1/batches/w/results?wait_s=60")
+        time.sleep(1)
+        stopping = time.monotonic()
+    try:
+        assert time.monotonic() - stopping < 15  # not the poll's 60 s (nor the 20 s the stop is given)
+    finally:
+        sock.close()

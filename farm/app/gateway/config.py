@@ -18,6 +18,9 @@ class GatewaySettings:
     body_timeout_s: float = 30.0  # a body that takes longer to arrive is refused (408): no trickled uploads
     auth_ttl_s: float = 5.0  # how long a token's lookup is trusted; a revocation takes at most this long
     max_wait_s: float = 60.0  # the longest long poll
+    # how long a stopping gateway lets calls in flight finish: a long poll or a stream would otherwise hold it up
+    # for its whole wait (a stream forever); past it they are cut, and their callers' retries reach a gateway that runs
+    shutdown_grace_s: float = 5.0
     sweep_s: float = 5.0  # how often lapsed leases are given back while callers wait
     roll_check_s: float = 1.0  # how often idle rolling batches are sealed
     # the proxies whose X-Forwarded-For names the caller (networks, `trusted_proxies`); none: the peer is the caller

@@ -34,4 +34,5 @@ def serve(farm: Settings, host: str, port: int, settings: GatewaySettings = Gate
     logging.getLogger("uvicorn.error").addFilter(RedactTokens())
     # h11's cap on a request head: headers beyond it are refused with 400 before the app sees them
     uvicorn.run(app, host=host, port=port, http="h11", h11_max_incomplete_event_size=64 * 1024, timeout_keep_alive=30,
-                log_level="info", access_log=False, proxy_headers=False)
+                log_level="info", access_log=False, proxy_headers=False,
+                timeout_graceful_shutdown=settings.shutdown_grace_s)
