@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from farm.knobs import Knobs, StageKnobs
 from planner.eval.draws import Draw
-from planner.eval.generalize import POLICIES, TARGETS, cases, replay, report, table
-from planner.eval.tracegen import GeneratorParams
+from planner.eval.generalize import POLICIES, TARGETS, cases, replay, report, startup_of, table
+from planner.eval.loop import evaluate
+from planner.eval.tracegen import GeneratorParams, generate
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = [Draw(i, 11 + i, GeneratorParams(tasks=1 + i, batches=2, batch_size=16, time_scale=0.05), 16, 0.3)
@@ -26,7 +28,7 @@ def tiny_report():
 
 def row(trace, startup, policy, gpu, mean_d=0.5, p95_d=1.0):
     return {"trace": trace, "startup_s": startup, "policy": policy, "delay_s": 2.0, "gpu_s": gpu, "cpu_s": 10.0,
-            "mean_d": mean_d, "p95_d": p95_d, "max_d": p95_d}
+            "mean_d": mean_d, "p95_d": p95_d, "max_d": p95_d, "warm_mean_d": mean_d}
 
 
 def rows_of(gpu_ratios, mean_d=0.5, p95_d=1.0, startup=30.0):
@@ -52,6 +54,17 @@ def test_a_cases_figures_are_distrs_over_ideal_and_zero_queueing_over_distrs(tin
     assert case["cpu"] == pytest.approx(by["distrs"]["cpu_s"] / by["ideal"]["cpu_s"])
     assert case["zq"] == pytest.approx(by["zq-dedicated"]["gpu_s"] / by["distrs"]["gpu_s"])
     assert case["p95_d"] == pytest.approx(by["distrs"]["p95_d"] / 2.0)
+
+
+def test_the_warm_mean_leaves_out_each_tasks_first_batch(tiny_report):
+    rows, _ = tiny_report
+    d = TINY[1]
+    knobs = Knobs(policy="distrs", stages={"trace.compile": StageKnobs(max_workers=1_000_000),
+                                           "trace.execute": StageKnobs(max_workers=1_000_000)})
+    result = evaluate(generate(d.params, d.seed), knobs, startup=startup_of(d, 1.0), seed=d.seed)
+    second = [x for x, b in zip(result.extra_delay, result.batch_ids) if b.endswith("/1")]
+    got = next(r for r in rows if (r["trace"], r["startup_s"], r["policy"]) == (1, 1.0, "distrs"))
+    assert len(second) == 2 and got["warm_mean_d"] == pytest.approx(sum(second) / 2)
 
 
 def test_the_table_shows_each_case_and_each_startups_median_worst_and_verdict(tiny_report):
