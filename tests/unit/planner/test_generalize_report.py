@@ -104,3 +104,9 @@ def test_the_bench_prints_its_new_seed_and_how_to_rerun_it():
                          check=True).stdout
     seed = out.split()[1].rstrip(":")
     assert f"--seed {seed} --traces 1" in out and "all targets met" in out
+
+
+def test_the_verdict_counts_the_cases_where_ideal_itself_is_late_on_average():
+    rows = rows_of([1.0, 1.0])
+    rows[1]["mean_d"] = 2.5  # trace 0's ideal, over D = 2 s
+    assert report(rows)["by_startup"][30.0]["ideal_over_d"] == 1
