@@ -117,6 +117,13 @@ class GeneratorParams:
     mix_mid: tuple[float, float, float, float] = (0.18, 0.20, 0.35, 0.27)
     mix_end: tuple[float, float, float, float] = (0.08, 0.10, 0.27, 0.55)
 
+    # GRPO-style groups: a prompt's `group_size` responses are generated together, so their lengths
+    # (arrivals) and outcomes are alike. `group_correlation` is the share of the arrival's log-variance
+    # that the group shares and the chance that a response takes its group's outcome (1 draw per group).
+    # The paper gives neither (its trace is per request); 1 (no groups) is the bundled traces' workload.
+    group_size: int = 1
+    group_correlation: float = 0.5
+
     # Multiplies every time (arrivals, stage times, timeouts, training): < 1 gives a short trace for a
     # live demo; 1 is the paper's scale.
     time_scale: float = 1.0
@@ -125,7 +132,7 @@ class GeneratorParams:
         problems = []
         if self.mode not in MODES:
             problems.append(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        for name in ("tasks", "batches", "batch_size"):
+        for name in ("tasks", "batches", "batch_size", "group_size"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1")
         for f in fields(self):
@@ -141,7 +148,8 @@ class GeneratorParams:
             mix = getattr(self, name)
             if len(mix) != 4 or min(mix) < 0 or abs(sum(mix) - 1) > 1e-6:
                 problems.append(f"{name} must be four shares >= 0 summing to 1")
-        for name in ("compile_slow_fraction", "compile_timeout_share", "execute_slow_fraction", "execute_timeout_share"):
+        for name in ("compile_slow_fraction", "compile_timeout_share", "execute_slow_fraction", "execute_timeout_share",
+                     "group_correlation"):
             if not 0 <= getattr(self, name) <= 1:
                 problems.append(f"{name} must be within [0, 1]")
         for name, timeout in (("compile_slow_range_s", self.compile_timeout_s), ("execute_slow_range_s", self.execute_timeout_s)):
@@ -173,19 +181,33 @@ def _stage_times(
     return np.clip(times, 0.001, timeout)
 
 
+def _grouped(p: GeneratorParams, rng: np.random.Generator, noise: np.ndarray, outcomes: np.ndarray, mix: np.ndarray):
+    """Arrival noise and outcomes with each group's shared part (drawn after the rest: without groups
+    the stream, and so the trace, is the same as before groups existed)."""
+    n, g, rho = len(noise), p.group_size, p.group_correlation
+    group = np.arange(n) // g
+    shared = rng.standard_normal(int(group[-1]) + 1)[group]
+    shared_outcome = rng.choice(4, size=int(group[-1]) + 1, p=mix)[group]
+    takes = rng.random(n) < rho
+    return np.sqrt(1 - rho) * noise + np.sqrt(rho) * shared, np.where(takes, shared_outcome, outcomes)
+
+
 def _batch(params: GeneratorParams, rng: np.random.Generator, log_median: float, progress: float):
     """Requests [r_i, s_compile, s_execute] and outcome codes of one batch, in unscaled seconds."""
     p, n = params, params.batch_size
-    arrivals = np.minimum(
-        p.first_arrival_s + np.exp(log_median + p.arrival_sigma * rng.standard_normal(n)), p.max_rollout_s
-    )
-    outcomes = rng.choice(4, size=n, p=outcome_mix(p, progress))
+    mix = outcome_mix(p, progress)
+    noise = rng.standard_normal(n)
+    outcomes = rng.choice(4, size=n, p=mix)
     compile_s = _stage_times(rng, n, p.compile_median_s, p.compile_sigma, p.compile_timeout_s,
                              p.compile_slow_fraction, p.compile_slow_range_s)
     execute_s = _stage_times(rng, n, p.execute_median_s, p.execute_sigma, p.execute_timeout_s,
                              p.execute_slow_fraction, p.execute_slow_range_s)
-    compile_killed = (outcomes == COMPILE_FAILED) & (rng.random(n) < p.compile_timeout_share)
-    execute_killed = (outcomes == EXECUTE_ERROR) & (rng.random(n) < p.execute_timeout_share)
+    compile_draw, execute_draw = rng.random(n), rng.random(n)
+    if p.group_size > 1:
+        noise, outcomes = _grouped(p, rng, noise, outcomes, mix)
+    arrivals = np.minimum(p.first_arrival_s + np.exp(log_median + p.arrival_sigma * noise), p.max_rollout_s)
+    compile_killed = (outcomes == COMPILE_FAILED) & (compile_draw < p.compile_timeout_share)
+    execute_killed = (outcomes == EXECUTE_ERROR) & (execute_draw < p.execute_timeout_share)
     compile_s[compile_killed] = p.compile_timeout_s
     execute_s[execute_killed] = p.execute_timeout_s
     compile_s[outcomes == GENERATION_FAILED] = 0.0  # no code extracted: no stage visited

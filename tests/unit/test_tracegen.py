@@ -169,6 +169,28 @@ def test_the_time_scale_shrinks_every_time_including_the_timeouts():
         assert np.allclose(b.requests, 0.1 * a.requests, atol=2e-3)
 
 
+def test_the_bundled_traces_are_regenerated_byte_for_byte_by_the_commands_in_the_docstring():
+    assert tracefile.read(tracefile.resolve("cuda-colocated")) == generate(P.with_(tasks=6, batches=12, batch_size=512), 1)
+    assert tracefile.read(tracefile.resolve("demo")) == generate(
+        P.with_(tasks=2, batches=5, batch_size=48, time_scale=0.03), 3)
+
+
+def group_likeness(trace, g: int) -> tuple[float, float]:
+    """Mean spread of log-arrivals within consecutive groups of g, and the share with the group's first outcome."""
+    b = trace.batches[0]
+    log = np.log(np.maximum(b.arrivals - P.first_arrival_s, 1e-3)).reshape(-1, g)
+    codes = np.array(list(b.outcomes)).reshape(-1, g)
+    return float(log.std(axis=1).mean()), float((codes == codes[:, :1]).mean())
+
+
+def test_the_responses_of_a_grpo_group_arrive_alike_and_share_outcomes():
+    one = GeneratorParams(tasks=1, batches=1, batch_size=4096)
+    grouped = group_likeness(generate(one.with_(group_size=8, group_correlation=0.9), 2), 8)
+    alone = group_likeness(generate(one, 2), 8)
+    assert grouped[0] < 0.5 * alone[0]
+    assert grouped[1] > alone[1] + 0.4
+
+
 @pytest.mark.parametrize("change, message", [
     ({"mode": "async"}, "mode must be one of colocated, disaggregated"),
     ({"batch_size": 0}, "batch_size must be >= 1"),
@@ -177,6 +199,8 @@ def test_the_time_scale_shrinks_every_time_including_the_timeouts():
     ({"mix_end": (0.5, 0.5, 0.5, 0.5)}, "mix_end must be four shares"),
     ({"execute_slow_range_s": (10.0, 90.0)}, "execute_slow_range_s"),
     ({"max_rollout_s": 50.0}, "max_rollout_s must exceed first_arrival_s"),
+    ({"group_size": 0}, "group_size must be >= 1"),
+    ({"group_correlation": 1.5}, "group_correlation must be within"),
 ])
 def test_invalid_parameters_are_rejected_with_the_reason(change, message):
     with pytest.raises(ValueError, match=message):
