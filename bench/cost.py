@@ -81,7 +81,7 @@ def run(args) -> dict:
         time.sleep(args.settle_s)
         idle_rates = idle(farm, args.idle_s)
         idle_total = sum(idle_rates.values())
-        for k in range(args.rounds):
+        for k in range(0 if args.idle_only else args.rounds):
             order = WORKLOADS if k % 2 == 0 else tuple(reversed(WORKLOADS))
             for w in order:
                 sides = ("farm", "bare") if k % 2 == 0 else ("bare", "farm")
@@ -144,6 +144,7 @@ def main() -> None:
     ap.add_argument("--cpp-requests", type=int, default=32)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--idle-s", type=float, default=30.0)
+    ap.add_argument("--idle-only", action="store_true", help="only the idle figure (no rounds)")
     ap.add_argument("--idle-detail", action="store_true", help="also each process's and thread's idle CPU")
     ap.add_argument("--settle-s", type=float, default=1.0, help="after the last answer, before the window closes")
     ap.add_argument("--workers", type=int, default=2, help="workers per stage")

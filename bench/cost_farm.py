@@ -187,7 +187,7 @@ class Farm:
                 lines.append(f"{placed.role:24s} pid {pid:7d} {ms:6.2f} ms/s")
         for pid, before in threads.items():
             for tid, t in proc_cpu.threads(pid).items():
-                if tid in before:
+                if tid in before and t.own > before[tid].own:
                     ms = (t.own - before[tid].own) * proc_cpu.TICK_MS / seconds
                     lines.append(f"{where[pid].role:14s} thread {tid:7d} {t.comm:16s} {ms:6.2f} ms/s")
         return lines
