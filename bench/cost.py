@@ -22,6 +22,9 @@ recorder's writes land after the answer), gross: the farm's idle CPU in it is co
 takes it out). Rounds alternate the order of farm and bare and of the workloads; figures are medians of rounds.
 Idle: the farm's CPU per second over `--idle-s` with nothing submitted, after the warm-up.
 
+`--code DIR` measures the farm of another checkout (its `farm up` and gateway run from DIR) with this bench,
+for a before/after pair: run both sides in alternation, e.g. `--idle-only` rounds.
+
 Targets (issue 34): Python I/O and HumanEval at most 0.8x SandboxFusion's CPU per request (26 and 35 ms; it
 measured 32/31 and 45/41 ms at concurrency 8/32) and at most 2x the bare program; idle at most 3 ms/s.
 """
@@ -73,7 +76,8 @@ def run(args) -> dict:
     rps: dict[tuple[str, int], list[float]] = {}
     roles: dict[tuple[str, int], list[dict[str, float]]] = {}
     bare: dict[str, list[float]] = {}
-    with Farm(flower=not args.no_flower, workers=args.workers, port=args.port, cgroups=not args.proc_only) as farm:
+    with Farm(flower=not args.no_flower, workers=args.workers, port=args.port, cgroups=not args.proc_only,
+              code=args.code.resolve()) as farm:
         accounting = farm.accounting
         for w in WORKLOADS:  # warm: imports, the first compile, the gateway's first batches
             drive(farm, w, 4, 4, "warm")
@@ -109,7 +113,7 @@ def run(args) -> dict:
                      "target_ms": TARGET_MS.get(w), "rps": round(statistics.median(rps[(w, c)]), 1),
                      "samples_ms": [round(x, 2) for x in samples], "bare_samples_ms": [round(x, 2) for x in bare[w]],
                      "roles_ms": split})
-    out = {"accounting": accounting, "rounds": args.rounds, "requests": sizes, "workers_per_stage": args.workers, "flower": not args.no_flower,
+    out = {"code": str(args.code.resolve()), "accounting": accounting, "rounds": args.rounds, "requests": sizes, "workers_per_stage": args.workers, "flower": not args.no_flower,
            "idle_ms_per_s": round(idle_total, 2), "idle_roles_ms_per_s": {r: round(v, 2) for r, v in
                                                                            sorted(idle_rates.items())},
            "rows": rows, "targets": {"short_ms": TARGET_MS, "farm_over_bare_max": 2.0, "idle_ms_per_s_max": 3.0}}
@@ -152,6 +156,8 @@ def main() -> None:
     ap.add_argument("--proc-only", action="store_true", help="no cpuacct groups: /proc totals only (loses what "
                     "bubblewrap's killed PID namespaces ran)")
     ap.add_argument("--port", type=int, default=0, help="the gateway's port (0: a free one)")
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose farm is measured (default: this one; "
+                    "another, e.g. `git worktree add /tmp/before <commit>`, for a before/after pair)")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.requests, args.cpp_requests, args.idle_s = 1, 40, 16, 10.0

@@ -40,12 +40,14 @@ def _wait(check, what: str, timeout_s: float = 120.0) -> None:
 class Farm:
     """`with Farm() as farm:` a running farm; `farm.cpu()` its CPU ms so far by role."""
 
-    def __init__(self, *, flower: bool = True, workers: int = 2, port: int = 0, cgroups: bool = True) -> None:
+    def __init__(self, *, flower: bool = True, workers: int = 2, port: int = 0, cgroups: bool = True,
+                 code: Path = ROOT) -> None:
         self.flower, self.workers, self.port = flower, workers, port or _free_port()
         self.groups: CpuGroups | None = CpuGroups() if cgroups and available() else None
         self.data = Path(tempfile.mkdtemp(prefix="farm-bench-cost-"))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
-        self.env.update(FARM_DATA_DIR=str(self.data), PYTHONPATH=str(ROOT))
+        self.code = code  # the checkout the farm's processes run (another one's, for a before/after pair)
+        self.env.update(FARM_DATA_DIR=str(self.data), PYTHONPATH=str(code))
         self.procs: dict[str, subprocess.Popen] = {}
         self.stages: dict[int, str] = {}
         self.base = f"http://127.0.0.1:{self.port}"
@@ -55,7 +57,7 @@ class Farm:
         with open(self.data / f"bench-{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen([sys.executable, "-m", "farm.app.cli", *args], env=self.env,
                                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                cwd=ROOT, start_new_session=True)
+                                                cwd=self.code, start_new_session=True)
 
     def __enter__(self) -> "Farm":
         try:
