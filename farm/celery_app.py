@@ -13,7 +13,7 @@ from celery import Celery
 from farm.config import Settings, redis_url
 from farm.protocol.tokens import hard_limit, task_name
 
-BRPOP_TIMEOUT_S = 0.25  # how long an idle worker's broker poll blocks (Redis >= 6 takes fractions)
+BRPOP_TIMEOUT_S = 2.0  # how long an idle worker's broker poll blocks (workers.broker_poll ends it at a shutdown)
 
 
 def broker_url(settings: Settings) -> str:
@@ -39,9 +39,9 @@ def make_app(settings: Settings, *, send_events: bool = False) -> Celery:
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
         # the farm's leases, not the broker's visibility timeout, recover work from dead workers.
-        # polling_interval is the Redis transport's BRPOP timeout: a worker's warm shutdown waits for its
-        # outstanding BRPOP to return, so kombu's default of 1 s kept every retired idle worker alive up to
-        # a second longer; a quarter second costs an idle worker four empty BRPOPs a second.
+        # polling_interval is the Redis transport's BRPOP timeout: each one wakes an idle worker and Redis
+        # for an empty reply (at a quarter second, four a second: most of an idle farm's CPU). A worker's warm
+        # shutdown waits for its outstanding BRPOP to return, which workers.broker_poll makes at once.
         broker_transport_options={"visibility_timeout": 3600, "polling_interval": BRPOP_TIMEOUT_S},
     )
     return app

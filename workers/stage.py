@@ -55,6 +55,13 @@ def timeout_for(queue: str, knobs: Knobs) -> float:
         return knobs.stage(queue).timeout_s or FALLBACK_TIMEOUT_S
 
 
+def beat_intervals(lease_s: float) -> tuple[float, float]:
+    """The heartbeat's period while a request is held (its lease renewed, its cancellation seen within half a
+    second) and while idle (only the roster's `seen`, which must stay within a lease: three beats per lease)."""
+    busy = min(lease_s / 3, 0.5)
+    return busy, max(busy, lease_s / 3)
+
+
 class Hold:
     """The request a worker runs: its lease token and a flag the stage code polls via ctx.cancelled()."""
 
@@ -80,6 +87,7 @@ class StageWorker:
         self.hold: Hold | None = None
         self.last_active = time.monotonic()
         self._stopped = threading.Event()
+        self._nudge = threading.Event()  # set by a hold taken and by stop(): the heartbeat thread re-times its wait
         self._thread: threading.Thread | None = None
 
     # ---- one token ----
@@ -95,8 +103,7 @@ class StageWorker:
             return str(Served(self.queue, "idle"))  # the request this token announced was cancelled or taken by a recovered token
         _, batch_id, request_id, enqueued_at, state_raw, payload_raw, task, _pipeline = reply
         state = RequestState.decode(state_raw)
-        hold = Hold(token, batch_id)
-        self.hold = hold
+        hold = self.take(Hold(token, batch_id))
         started = time.time()
         try:
             try:
@@ -112,6 +119,12 @@ class StageWorker:
             self.last_active = time.monotonic()
         finished = time.time()
         return str(self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome))
+
+    def take(self, hold: Hold) -> Hold:
+        """Hold a request; the heartbeat, perhaps in its long idle wait, moves to the busy cadence at once."""
+        self.hold = hold
+        self._nudge.set()
+        return hold
 
     def complete(self, knobs: Knobs, hold: Hold, request_id: str, enqueued_at: float, state: RequestState,
                  started: float, finished: float, outcome: StageOutcome) -> Served:
@@ -178,12 +191,23 @@ class StageWorker:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._nudge.set()
 
     def _beat(self) -> None:
-        interval = min(self.settings.lease_s / 3, 0.5)
-        sweep_every = max(self.settings.lease_s / 2, interval)
+        busy, idle = beat_intervals(self.settings.lease_s)
+        sweep_every = max(self.settings.lease_s / 2, busy)
         last_sweep = 0.0
-        while not self._stopped.wait(interval):
+        last_beat = time.monotonic()
+        while True:
+            # idle, a beat every third of a lease keeps the worker on the roster; a hold taken meanwhile
+            # nudges the wait down to the busy cadence, so its lease and cancellation are watched as before
+            due = last_beat + (busy if self.hold is not None else idle)
+            if self._nudge.wait(max(0.0, due - time.monotonic())):
+                self._nudge.clear()
+                if self._stopped.is_set():
+                    return
+                continue
+            last_beat = time.monotonic()
             try:
                 hold = self.hold
                 if hold is not None and self.dispatch.heartbeat(hold.token, hold.batch) != "open":

@@ -16,11 +16,13 @@ from kombu.asynchronous import get_event_loop
 from redis.exceptions import RedisError
 
 from farm import registry
+from farm.celery_app import broker_url
 from farm.config import Settings
 from farm.protocol import roster
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.tokens import task_name
 from farm.results import Status
+from workers.broker_poll import cut_short_on_close
 from workers.stage import StageWorker
 
 log = logging.getLogger(__name__)
@@ -113,13 +115,18 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
             logging.shutdown()
             os._exit(0)
 
+    consumers: list[Any] = []  # the main process's Celery consumer, once it is ready
+
     @signals.worker_ready.connect(weak=False)
-    def wake_on_shutdown(**_: Any) -> None:
+    def wake_on_shutdown(sender: Any = None, **_: Any) -> None:
         _shutdown_wakes_loop()
+        consumers[:] = [sender]
 
     @signals.worker_shutting_down.connect(weak=False)
     def shutting_down(**_: Any) -> None:
         _wake_loop()
+        task_consumer = getattr(consumers[0], "task_consumer", None) if consumers else None
+        cut_short_on_close(getattr(task_consumer, "channel", None), broker_url(settings))
 
     @signals.worker_ready.connect(weak=False)
     def announce(**_: Any) -> None:

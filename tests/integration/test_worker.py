@@ -103,8 +103,8 @@ def test_the_worker_command_refuses_an_unknown_log_level():
 
 
 def test_a_retired_idle_worker_leaves_within_a_second(settings):
-    """SIGTERM wakes the idle event loop, the broker poll returns within a quarter second and the pool
-    process leaves at once: before, an idle worker took 2.5 s to go (1 s of poll, 1 s of billiard's
+    """SIGTERM wakes the idle event loop, the broker poll (2 s) is cut short (workers.broker_poll) and the
+    pool process leaves at once: before, an idle worker took 2.5 s to go (1 s of poll, 1 s of billiard's
     sleep at the pool process's exit, 0.5 s more); the bound leaves room for a loaded machine."""
     import signal
     import subprocess

@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import uvicorn
+from uvicorn.main import STARTUP_FAILURE
 
 from farm.app.gateway.app import create_app
 from farm.app.gateway.auth import Directory, redact
 from farm.app.gateway.config import GatewaySettings
+from farm.app.gateway.quiet_server import QuietServer
 from farm.client.aio import AsyncRewardClient
 from farm.config import Settings
 from farm.store.engine import open_store
@@ -33,6 +36,13 @@ def serve(farm: Settings, host: str, port: int, settings: GatewaySettings = Gate
                      engine)
     logging.getLogger("uvicorn.error").addFilter(RedactTokens())
     # h11's cap on a request head: headers beyond it are refused with 400 before the app sees them
-    uvicorn.run(app, host=host, port=port, http="h11", h11_max_incomplete_event_size=64 * 1024, timeout_keep_alive=30,
-                log_level="info", access_log=False, proxy_headers=False,
-                timeout_graceful_shutdown=settings.shutdown_grace_s)
+    config = uvicorn.Config(app, host=host, port=port, http="h11", h11_max_incomplete_event_size=64 * 1024,
+                            timeout_keep_alive=30, log_level="info", access_log=False, proxy_headers=False,
+                            timeout_graceful_shutdown=settings.shutdown_grace_s)
+    server = QuietServer(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    if not server.started:  # as uvicorn.run: a gateway that could not start (its port taken, say) exits 3
+        sys.exit(STARTUP_FAILURE)

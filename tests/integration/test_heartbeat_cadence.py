@@ -1,0 +1,56 @@
+"""A stage worker's heartbeat: slow while idle (only the roster's `seen` to keep fresh), the busy cadence at
+once when a request is held."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from farm.celery_app import make_app
+from farm.config import Settings
+from farm.protocol.keys import QueuePart
+from workers.stage import Hold, StageWorker, beat_intervals
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+QUEUE = "synthetic.compile"
+
+
+@pytest.fixture
+def worker(redis_url, namespace, tmp_path):
+    settings = Settings(redis_url=redis_url, namespace=namespace, lease_s=9.0, data_dir=str(tmp_path))
+    w = StageWorker(make_app(settings), settings, QUEUE, "beater")
+    renewed = threading.Event()
+    w.dispatch.heartbeat = lambda token, batch: renewed.set() or "open"
+    yield w, renewed
+    w.stop()
+    w._thread.join(timeout=5)
+
+
+def test_an_idle_worker_beats_every_third_of_a_lease_not_every_half_second(worker):
+    w, _ = worker
+    seen = []
+    w.start()
+    deadline = time.monotonic() + 4.0
+    while time.monotonic() < deadline:
+        value = w.dispatch.redis.hget(w.keys.queue(QUEUE, QueuePart.seen), "beater")
+        if value is not None and value not in seen:
+            seen.append(value)
+        time.sleep(0.05)
+    assert 1 <= len(seen) <= 2  # at 3 s; the half-second cadence would have beaten 7 times
+
+
+def test_a_request_taken_during_the_idle_wait_is_renewed_within_the_busy_period(worker):
+    w, renewed = worker
+    w.start()
+    time.sleep(0.2)  # the heartbeat is in its 3 s idle wait
+    taken = time.monotonic()
+    w.take(Hold("token", "batch"))
+    assert renewed.wait(2.0)
+    assert time.monotonic() - taken < beat_intervals(9.0)[0] + 0.3
+
+
+def test_the_idle_period_never_exceeds_a_third_of_the_lease_nor_undercuts_the_busy_one():
+    assert beat_intervals(9.0) == (0.5, 3.0)
+    assert beat_intervals(0.9) == pytest.approx((0.3, 0.3))
