@@ -111,6 +111,21 @@ def test_stopping_early_never_changes_the_answer(reqs, n, scheduler, timeout_awa
     assert quick.ok == full.ok
 
 
+@settings(max_examples=100, deadline=None)
+@given(requests, st.lists(st.integers(1, 6), min_size=1, max_size=6), st.sampled_from(["ebf", "fcfs"]), st.booleans())
+def test_a_run_after_probes_is_the_run_of_a_fresh_simulator(reqs, probes, scheduler, timeout_aware):
+    w = _workload(reqs)
+    args = dict(scheduler=scheduler, delay_s=1.0, timeout_aware=timeout_aware)
+    sim = Simulator(w, **args)
+    for n in probes:  # the sweeps a probe ran to the end are kept, and the last run reuses them
+        sim.run([n])
+    last = sim.run([probes[-1]], stop_early=False, detail=True)
+    fresh = Simulator(w, **args).run([probes[-1]], stop_early=False, detail=True)
+    assert last.ok == fresh.ok
+    assert last.completion.tolist() == fresh.completion.tolist()
+    assert np.array_equal(last.starts[0], fresh.starts[0], equal_nan=True)
+
+
 def test_two_stages_show_list_scheduling_anomalies():
     # found by random search: a third compile worker reorders the execute queue and batch 1 finishes later
     w = Workload(now=0.0, arrival=[5.0, 1.0, 0.0, 5.0, 0.0, 3.0],
