@@ -51,10 +51,10 @@ def sweep_rounds(arr: np.ndarray, srv: np.ndarray, fifo: tuple[np.ndarray, list[
                  cut: np.ndarray) -> tuple[np.ndarray, int]:
     """`sweep_ebf` or `sweep_fcfs` (by `fifo`, from `fifos`) over numpy arrays in arrival order (no
     sentinel): the finish times, and the first request to start after its `cut` (-1: none), where it
-    stops. `free`: when each worker is first free."""
+    stops. `free`: when each worker is first free, earliest first."""
     n = len(arr)
     fin = np.zeros(n)
-    heap = np.sort(np.asarray(free, dtype=np.float64))
+    heap = np.asarray(free, dtype=np.float64)
     if not n:
         return fin, -1
     order, bounds = fifo
@@ -73,7 +73,7 @@ def sweep_rounds(arr: np.ndarray, srv: np.ndarray, fifo: tuple[np.ndarray, list[
         if t_prev > t[0]:
             t[0] = t_prev
         np.maximum.accumulate(t, out=t)
-        active = [g for g in range(groups) if head[g] <= t[-1]]
+        active = _contenders(t, head, fifo_arr, [nxt[g] - bounds[g] for g in range(groups)], size)
         if len(active) == 1:
             counts = None
             p = order[nxt[active[0]]:nxt[active[0]] + size]
@@ -96,10 +96,24 @@ def sweep_rounds(arr: np.ndarray, srv: np.ndarray, fifo: tuple[np.ndarray, list[
             fin[p[:k + 1]] = f[:k + 1]
             return fin, int(p[k])
         fin[p] = f
+        f.sort()
         heap = np.concatenate([heap[size:], f])
-        heap.sort()
+        heap.sort(kind="stable")  # two sorted runs: merged
         t_prev, done, last = float(t[-1]), done + size, size
     return fin, -1
+
+
+def _contenders(t: np.ndarray, head: list[float], arrivals: list[np.ndarray], taken: list[int], size: int) -> list[int]:
+    """The FIFOs that may take a dispatch of the round, most urgent first: those with a request arrived
+    by its last dispatch, up to the first that has one for every dispatch of the round already at its
+    first (the FIFOs after it get none)."""
+    out = []
+    for g, h in enumerate(head):
+        if h <= t[-1]:
+            out.append(g)
+            if int(np.searchsorted(arrivals[g], t[0], side="right")) - taken[g] >= size:
+                break
+    return out
 
 
 def _classes(t: np.ndarray, arrivals: list[np.ndarray], taken: list[int]) -> np.ndarray:

@@ -216,12 +216,13 @@ class Simulator:
             prepared.cuts[stop_early] = cut
         return cut
 
-    def _sweep(self, k: int, prepared: _Stage, n_workers: int, free: list[float],
+    def _sweep(self, k: int, prepared: _Stage, n_workers: int, free: np.ndarray,
                stop_early: bool) -> tuple[np.ndarray, int]:
         """Finish times of the stage's requests in arrival order, and the first to start after its cut
-        (-1: none): in vectorised rounds where they pay (`planner.policy.rounds`), else one at a time."""
+        (-1: none): in vectorised rounds where they pay (`planner.policy.rounds`), else one at a time.
+        `free`: when each worker is first free, earliest first."""
         srv = prepared.srv
-        if not free:
+        if not len(free):
             return np.full(len(srv), _INF), 0
         done = prepared.swept.get(n_workers)
         if done is not None:
@@ -231,10 +232,11 @@ class Simulator:
             fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
         else:
             arr, srv_l, grp, cut_l = prepared.lists(cut)
+            heap = free.tolist()  # in order: a heap
             if prepared.grp is None:
-                fin, bad = sweep_fcfs(arr, srv_l, free, cut_l)
+                fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l)
             else:
-                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, free, cut_l)
+                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, heap, cut_l)
             fin = np.asarray(fin)
         if bad < 0:
             prepared.swept[n_workers] = fin

@@ -44,7 +44,7 @@ def _reference(arr, srv, grp, groups, free, cut, ebf):
 def _rounds(arr, srv, grp, groups, free, cut, ebf):
     ranks = np.asarray(grp, dtype=np.int64) if ebf else None
     fifo = fifos(ranks, groups, len(arr))
-    return sweep_rounds(np.asarray(arr), np.asarray(srv), fifo, free, np.asarray(cut))
+    return sweep_rounds(np.asarray(arr), np.asarray(srv), fifo, np.sort(free), np.asarray(cut))
 
 
 @settings(max_examples=400, deadline=None)
