@@ -2,8 +2,9 @@
 
 The stages form a tandem network without feedback and every stage's dispatch depends only on what
 reaches that stage (arrival order, the batches' fixed EBF keys, its own workers). So the simulation
-sweeps the stages in pipeline order, one array-based event loop each (`planner.policy.sweep`), and that
-is exact: a request's finish at stage j is its arrival at its next visited stage. It also lets
+sweeps the stages in pipeline order, one array-based event loop each (`planner.policy.sweep`; in
+vectorised rounds, `planner.policy.rounds`, where a stage has many workers free before any is back), and
+that is exact: a request's finish at stage j is its arrival at its next visited stage. It also lets
 Algorithm 1 keep the stages before the one it searches (`Prefix`) and exit at the first violation.
 
 Dispatch is modelled as the live farm does it: a free worker takes the most urgent waiting request
