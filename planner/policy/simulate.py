@@ -59,12 +59,10 @@ class Prefix:
 
 @dataclass(eq=False)
 class _Stage:
-    """One stage's queued requests in arrival order (`order` into them, `sel` into the workload): arrival,
-    time there, key rank (None: FCFS) and the batch's limit; per mode (stop early or not) the latest
-    start that passes, and per pool size the finish times of a sweep that ran to the end (a cut changes
-    nothing then), so that the search's final run repeats no probe."""
+    """One stage's queued requests in arrival order (`sel` into the workload): arrival, time there, key
+    rank (None: FCFS) and the batch's limit; per mode (stop early or not) the latest start that passes,
+    and per pool size the finish times of a sweep that ran to the end (a cut changes nothing then)."""
 
-    order: np.ndarray
     sel: np.ndarray
     arr: np.ndarray
     srv: np.ndarray
@@ -198,7 +196,7 @@ class Simulator:
         order = np.argsort(arr_all, kind="stable")
         sel = idx[order]
         grp = self.rank[w.batch[sel]] if self.scheduler == "ebf" else None
-        prepared = _Stage(order, sel, arr_all[order], w.times[sel, k], grp, self.groups, self.limits[w.batch[sel]])
+        prepared = _Stage(sel, arr_all[order], w.times[sel, k], grp, self.groups, self.limits[w.batch[sel]])
         self._cache[k] = (arr_all.copy(), prepared)
         return prepared
 
@@ -212,8 +210,7 @@ class Simulator:
             if stop_early:
                 cut = prepared.lim_s - prepared.srv - self.rest_after[k][prepared.sel] + 1e-9
                 if self.aware[k]:
-                    late = np.maximum(self._excused(prepared.arr), prepared.lim_s - float(self.lt[k]))
-                    cut = np.minimum(cut, late)
+                    cut = np.minimum(cut, np.maximum(self._excused(prepared.arr), prepared.lim_s - float(self.lt[k])))
             prepared.cuts[stop_early] = cut
         return cut
 

@@ -29,7 +29,8 @@ def _stage(draw):
     groups = draw(st.integers(1, 5))
     grp = draw(st.lists(st.integers(0, groups - 1), min_size=n, max_size=n))
     free = draw(st.lists(_time, min_size=1, max_size=30))
-    cut = draw(st.one_of(st.just([_INF] * n), st.lists(st.integers(0, 80).map(lambda x: x / 4), min_size=n, max_size=n)))
+    cuts = st.lists(st.integers(0, 80).map(lambda x: x / 4), min_size=n, max_size=n)
+    cut = draw(st.one_of(st.just([_INF] * n), cuts))
     return arr, srv, grp, groups, free, cut
 
 
