@@ -3,8 +3,11 @@
     python bench/planner_runtime.py [--sizes 1000,2000,4000,8000,16000,32000,64000] [--repeat 5]
 
 Prints one JSON object: per size, the median and min seconds of `decide()` (policy distrs, EBF, two
-stages) over `--repeat` runs, the estimated requests, the simulations it ran, the growth from the
-smallest size, and whether 16,000 requests take at most the 0.2 s target (the paper reports about 2 s).
+stages) over `--repeat` runs, the median CPU seconds of this process over them (on a shared machine the
+wall clock also counts other processes' turns), the estimated requests, the simulations it ran, the
+growth from the smallest size, and whether each target size is within its target (issue 33: 0.05 s at
+16,000 requests in flight and 0.2 s at 64,000, so that a one-second tick keeps up at ten times the
+paper's scale; the paper reports about 2 s at 16,000). A target whose size is not run reads null.
 """
 
 from __future__ import annotations
@@ -24,23 +27,23 @@ from planner.eval.runtime_case import snapshot  # noqa: E402
 from planner.policy.decide import decide  # noqa: E402
 from planner.policy.estimate import estimate  # noqa: E402
 
-TARGET_S = 0.2
-TARGET_REQUESTS = 16_000
+TARGETS_S = {16_000: 0.05, 64_000: 0.2}  # requests in flight -> the most seconds one decision may take
 
 
 def measure(requests: int, repeat: int) -> dict:
     snap = snapshot(requests)
     knobs = Knobs(policy="distrs", stages={s.queue: StageKnobs(max_workers=1_000_000) for s in snap.stages})
     estimated = estimate(snap, random.Random(0))[0].size
-    times, decision = [], None
+    times, cpu, decision = [], [], None
     for i in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         decision = decide(snap, knobs, random.Random(i))
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
     return {
         "requests": requests, "estimated": estimated, "batches": len(snap.batches),
-        "median_s": statistics.median(times), "min_s": min(times), "workers": dict(decision.workers),
-        "reason": decision.reason,
+        "median_s": statistics.median(times), "min_s": min(times), "cpu_median_s": statistics.median(cpu),
+        "workers": dict(decision.workers), "reason": decision.reason,
     }
 
 
@@ -54,10 +57,11 @@ def main() -> None:
     base = rows[0]["median_s"]
     for row in rows:
         row["growth"] = row["median_s"] / base if base > 0 else None
-    at_target = [r for r in rows if r["requests"] == TARGET_REQUESTS]
+    by_size = {r["requests"]: r for r in rows}
+    met = {str(n): (by_size[n]["median_s"] <= limit) if n in by_size else None for n, limit in TARGETS_S.items()}
     print(json.dumps({
-        "policy": "distrs", "stages": 2, "target_s": TARGET_S, "rows": rows,
-        "target_met": (at_target[0]["median_s"] <= TARGET_S) if at_target else None,
+        "policy": "distrs", "stages": 2, "targets_s": {str(n): s for n, s in TARGETS_S.items()}, "rows": rows,
+        "targets_met": met, "all_targets_met": all(met.values()),
     }, indent=1))
 
 

@@ -89,11 +89,13 @@ def _lower_bound(sim: Simulator, k: int, grid: int = 16) -> int:
     order = np.argsort(due, kind="stable")
     due, s, earliest = due[order], s[order], earliest[order]
     for t1 in np.unique(np.quantile(earliest, np.linspace(0.0, 1.0, grid))):
-        released = earliest >= t1
-        span = due - t1
-        use = released & (span > 0)
-        if use.any():
-            energy = np.cumsum(np.where(released, s, 0.0))[use] / span[use]
+        # a request due by t1 is not released at t1 (it runs s > 0 after its earliest start): from the
+        # first due later on, the same sums
+        lo = int(np.searchsorted(due, t1, side="right"))
+        released = earliest[lo:] >= t1
+        span = due[lo:] - t1
+        if released.any():
+            energy = np.cumsum(np.where(released, s[lo:], 0.0))[released] / span[released]
             best = max(best, math.ceil(float(energy.max()) - 1e-9))
     return int(best)
 

@@ -2,8 +2,9 @@
 
 The stages form a tandem network without feedback and every stage's dispatch depends only on what
 reaches that stage (arrival order, the batches' fixed EBF keys, its own workers). So the simulation
-sweeps the stages in pipeline order, one array-based event loop each (`planner.policy.sweep`), and that
-is exact: a request's finish at stage j is its arrival at its next visited stage. It also lets
+sweeps the stages in pipeline order, one array-based event loop each (`planner.policy.sweep`; in
+vectorised rounds, `planner.policy.rounds`, where a stage has many workers free before any is back), and
+that is exact: a request's finish at stage j is its arrival at its next visited stage. It also lets
 Algorithm 1 keep the stages before the one it searches (`Prefix`) and exit at the first violation.
 
 Dispatch is modelled as the live farm does it: a free worker takes the most urgent waiting request
@@ -25,12 +26,13 @@ whole backlog at once: hundreds of workers, which with start-ups must be started
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
 from farm.knobs import SCHEDULERS
+from planner.policy.rounds import fifos, pays, sweep_rounds
 from planner.policy.sweep import slots, sweep_ebf, sweep_fcfs
 from planner.policy.workload import Workload
 
@@ -53,6 +55,37 @@ class Prefix:
 
     stage: int
     ready: np.ndarray
+
+
+@dataclass(eq=False)
+class _Stage:
+    """One stage's queued requests in arrival order (`sel` into the workload): arrival, time there, key
+    rank (None: FCFS) and the batch's limit; per mode (stop early or not) the latest start that passes,
+    and per pool size the finish times of a sweep that ran to the end (a cut changes nothing then)."""
+
+    sel: np.ndarray
+    arr: np.ndarray
+    srv: np.ndarray
+    grp: np.ndarray | None
+    groups: int
+    lim_s: np.ndarray
+    cuts: dict = field(default_factory=dict)
+    swept: dict = field(default_factory=dict)
+    _lists: tuple | None = None
+    _fifos: tuple | None = None
+
+    def lists(self, cut: np.ndarray) -> tuple:
+        """The sweep's inputs as plain lists (its loops run faster on them); `arr` ends with an inf sentinel."""
+        if self._lists is None:
+            grp = self.grp.tolist() if self.grp is not None else []
+            self._lists = (self.arr.tolist() + [_INF], self.srv.tolist(), grp)
+        return (*self._lists, cut.tolist())
+
+    def fifos(self) -> tuple[np.ndarray, list[int]]:
+        """The requests by FIFO (`rounds.fifos`), computed once."""
+        if self._fifos is None:
+            self._fifos = fifos(self.grp, self.groups, len(self.arr))
+        return self._fifos
 
 
 class Simulator:
@@ -153,30 +186,59 @@ class Simulator:
         finishes = tuple(np.where(self.visits[:, k], starts[k] + w.times[:, k], np.nan) for k in range(m))
         return SimResult(ok, completion, tuple(starts), finishes)
 
-    def _prepared(self, k: int, idx: np.ndarray, arr_all: np.ndarray, stop_early: bool):
-        """The stage's requests in arrival order as lists, cached while their arrivals do not change
-        (the first stage's never do across the probes of a search)."""
-        cached = self._cache.get((k, stop_early))
+    def _prepared(self, k: int, idx: np.ndarray, arr_all: np.ndarray) -> _Stage:
+        """The stage's requests in arrival order, cached while their arrivals do not change (the first
+        stage's never do across the probes of a search)."""
+        cached = self._cache.get(k)
         if cached is not None and np.array_equal(cached[0], arr_all):
             return cached[1]
         w = self.w
         order = np.argsort(arr_all, kind="stable")
         sel = idx[order]
-        arr_s = arr_all[order]
-        srv_s = w.times[sel, k]
-        lim_s = self.limits[w.batch[sel]]
-        cut = [_INF] * len(sel)
-        if stop_early:
-            # a start later than `cut` fails: past the batch's limit once its own later stages run, or
-            # (timeout-aware) a wait, beyond what no pool avoids, after which LT > limit
-            late = lim_s - srv_s - self.rest_after[k][sel] + 1e-9
-            if self.aware[k]:
-                late = np.minimum(late, np.maximum(self._excused(arr_s), lim_s - float(self.lt[k])))
-            cut = late.tolist()
-        grp = self.rank[w.batch[sel]].tolist() if self.scheduler == "ebf" else []
-        prepared = (order, sel, arr_s.tolist() + [_INF], srv_s.tolist(), grp, cut, lim_s)
-        self._cache[(k, stop_early)] = (arr_all.copy(), prepared)
+        grp = self.rank[w.batch[sel]] if self.scheduler == "ebf" else None
+        prepared = _Stage(sel, arr_all[order], w.times[sel, k], grp, self.groups, self.limits[w.batch[sel]])
+        self._cache[k] = (arr_all.copy(), prepared)
         return prepared
+
+    def _cut(self, k: int, prepared: _Stage, stop_early: bool) -> np.ndarray:
+        """The latest start of each request that passes: past it, its batch misses its limit once its own
+        later stages run, or (timeout-aware) it waited, beyond what no pool avoids, until LT > limit.
+        Without stopping early, none (the run goes on to the end)."""
+        cut = prepared.cuts.get(stop_early)
+        if cut is None:
+            cut = np.full(len(prepared.sel), _INF)
+            if stop_early:
+                cut = prepared.lim_s - prepared.srv - self.rest_after[k][prepared.sel] + 1e-9
+                if self.aware[k]:
+                    cut = np.minimum(cut, np.maximum(self._excused(prepared.arr), prepared.lim_s - float(self.lt[k])))
+            prepared.cuts[stop_early] = cut
+        return cut
+
+    def _sweep(self, k: int, prepared: _Stage, n_workers: int, free: np.ndarray,
+               stop_early: bool) -> tuple[np.ndarray, int]:
+        """Finish times of the stage's requests in arrival order, and the first to start after its cut
+        (-1: none): in vectorised rounds where they pay (`planner.policy.rounds`), else one at a time.
+        `free`: when each worker is first free, earliest first."""
+        srv = prepared.srv
+        if not len(free):
+            return np.full(len(srv), _INF), 0
+        done = prepared.swept.get(n_workers)
+        if done is not None:
+            return done, -1
+        cut = self._cut(k, prepared, stop_early)
+        if pays(len(free), srv):
+            fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
+        else:
+            arr, srv_l, grp, cut_l = prepared.lists(cut)
+            heap = free.tolist()  # in order: a heap
+            if prepared.grp is None:
+                fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l)
+            else:
+                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, heap, cut_l)
+            fin = np.asarray(fin)
+        if bad < 0:
+            prepared.swept[n_workers] = fin
+        return fin, bad
 
     def _excused(self, arrival: np.ndarray) -> np.ndarray:
         """The latest start that the timeout-aware check never fails: the request's arrival at the stage
@@ -196,21 +258,15 @@ class Simulator:
         if len(idx):
             free = slots(w, k, n_workers, run_finish)
             arr_all = ready[idx]
-            order, sel, arr, srv, grp, cut, lim_s = self._prepared(k, idx, arr_all, stop_early)
+            prepared = self._prepared(k, idx, arr_all)
+            sel, lim_s = prepared.sel, prepared.lim_s
             lt = float(self.lt[k])
-            if not free:
-                fin = [_INF] * len(srv)
-                bad = 0
-            elif self.scheduler == "fcfs":
-                fin, bad = sweep_fcfs(arr, srv, free, cut)
-            else:
-                fin, bad = sweep_ebf(arr, srv, grp, self.groups, free, cut)
+            fin_a, bad = self._sweep(k, prepared, n_workers, free, stop_early)
             if bad >= 0 and stop_early:
                 return False
-            fin_a = np.asarray(fin)
-            st = fin_a - w.times[sel, k]
+            st = fin_a - prepared.srv
             if self.aware[k] and not stop_early:
-                arr_a = arr_all[order]
+                arr_a = prepared.arr
                 waited = (st > arr_a + 1e-9) & (st > self._excused(arr_a) + 1e-9) & (st + lt > lim_s)
                 ok = not waited.any()
             ready[sel] = fin_a
@@ -238,7 +294,7 @@ def peak_busy(starts: np.ndarray, finishes: np.ndarray, lo: float = -_INF, hi: f
     s, f = starts[mask], finishes[mask]
     if not len(s):
         return 0
-    times = np.concatenate([np.maximum(s, lo), f])
-    delta = np.concatenate([np.ones(len(s), dtype=np.int64), -np.ones(len(f), dtype=np.int64)])
-    order = np.lexsort((delta, times))
-    return int(np.cumsum(delta[order]).max())
+    # the count rises only at a start: the starts so far less the finishes at or before it
+    s = np.sort(np.maximum(s, lo))
+    f = np.sort(f)
+    return int((np.arange(1, len(s) + 1) - np.searchsorted(f, s, side="right")).max())

@@ -18,24 +18,23 @@ from planner.policy.workload import Workload
 _INF = float("inf")
 
 
-def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> list[float]:
-    """When each of the stage's `n_workers` workers is first free (a heap)."""
+def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> np.ndarray:
+    """When each of the stage's `n_workers` workers is first free, earliest first (as a list, a heap)."""
     n_workers = max(int(n_workers), 0)
     busy = np.sort(running_finish)
     r = len(busy)
     if n_workers < r:  # busy workers beyond the pool leave as they finish, the first to finish first
-        out = busy[r - n_workers:].tolist() if n_workers else []
-    else:
-        starting = int(min(w.starting[k], max(w.workers[k] - r, 0)))
-        idle = max(int(w.workers[k]) - r - starting, 0)
-        extra = n_workers - r
-        now_ready = min(idle, extra)
-        later = extra - now_ready
-        # beyond the stage's placeable pool (an autoscaler's capacity) a worker waits for a new node first
-        fast = later if w.placeable is None else min(later, max(int(w.placeable[k]) - r - now_ready, 0))
-        out = (busy.tolist() + [w.now] * now_ready + [w.now + w.startup_s] * fast
-               + [w.now + w.node_startup_s + w.startup_s] * (later - fast))
-    heapq.heapify(out)
+        return busy[r - n_workers:] if n_workers else busy[:0]
+    starting = int(min(w.starting[k], max(w.workers[k] - r, 0)))
+    idle = max(int(w.workers[k]) - r - starting, 0)
+    extra = n_workers - r
+    now_ready = min(idle, extra)
+    later = extra - now_ready
+    # beyond the stage's placeable pool (an autoscaler's capacity) a worker waits for a new node first
+    fast = later if w.placeable is None else min(later, max(int(w.placeable[k]) - r - now_ready, 0))
+    out = np.concatenate([busy, np.full(now_ready, w.now), np.full(fast, w.now + w.startup_s),
+                          np.full(later - fast, w.now + w.node_startup_s + w.startup_s)])
+    out.sort()
     return out
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_simulate import FIG9_ARRIVALS, FIG9_HISTORY, FIG9_TIMEOUT
 
 from planner.policy.search import PRECISION, _lower_bound, search
-from planner.policy.simulate import Simulator
+from planner.policy.simulate import Simulator, peak_busy
 from planner.policy.workload import Workload, single_stage
 
 
@@ -151,3 +153,40 @@ def test_where_a_new_worker_comes_within_d_the_timeout_aware_check_counts_every_
     # a worker free the moment it arrives: one for each request at once
     plan = search(_urgent_behind_a_backlog(), [8.0], delay_s=2.0, timeout_aware=True, lookahead_s=1.0)
     assert plan.workers == (3,)
+
+
+def _energy_by_every_release(sim: Simulator, k: int, grid: int = 16) -> int:
+    """`_lower_bound`'s bound, its energy part summed over every request at each release time."""
+    w = sim.w
+    idx = sim.queued_idx[k]
+    if not len(idx):
+        return 0
+    earliest = np.maximum(w.arrival[idx], w.now) + w.times[idx, :k].sum(axis=1)
+    s = w.times[idx, k]
+    lim = sim.limits[w.batch[idx]]
+    cut = lim - s - sim.rest_after[k][idx]
+    if sim.aware[k]:
+        entry = w.first_stage()[idx] == k
+        bound = np.maximum(np.maximum(w.arrival[idx], sim.floor) + sim.slack, lim - sim.lt[k])
+        cut = np.where(entry, np.minimum(cut, bound), cut)
+    sure = cut < earliest + s
+    best = peak_busy(cut[sure], (earliest + s)[sure])
+    due = np.maximum(cut, earliest) + s
+    order = np.argsort(due, kind="stable")
+    due, s, earliest = due[order], s[order], earliest[order]
+    for t1 in np.unique(np.quantile(earliest, np.linspace(0.0, 1.0, grid))):
+        released = earliest >= t1
+        span = due - t1
+        use = released & (span > 0)
+        if use.any():
+            energy = np.cumsum(np.where(released, s, 0.0))[use] / span[use]
+            best = max(best, math.ceil(float(energy.max()) - 1e-9))
+    return int(best)
+
+
+@settings(max_examples=80, deadline=None)
+@given(two_stage, st.sampled_from(["ebf", "fcfs"]), st.booleans(), st.floats(0, 4))
+def test_the_lower_bound_sums_the_energy_of_every_released_request(reqs, scheduler, timeout_aware, delay):
+    w = _two_stage_workload(reqs)
+    sim = Simulator(w, scheduler=scheduler, timeout_aware=timeout_aware, delay_s=delay)
+    assert [_lower_bound(sim, k) for k in range(2)] == [_energy_by_every_release(sim, k) for k in range(2)]

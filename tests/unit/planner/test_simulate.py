@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.policy.simulate import Simulator, simulate
+from planner.policy.simulate import Simulator, peak_busy, simulate
 from planner.policy.workload import Workload, single_stage
 
 # Figure 9 of the paper: one stage, five requests, D = 0. The history's times (a) and this batch's (b),
@@ -111,6 +111,21 @@ def test_stopping_early_never_changes_the_answer(reqs, n, scheduler, timeout_awa
     assert quick.ok == full.ok
 
 
+@settings(max_examples=100, deadline=None)
+@given(requests, st.lists(st.integers(1, 6), min_size=1, max_size=6), st.sampled_from(["ebf", "fcfs"]), st.booleans())
+def test_a_run_after_probes_is_the_run_of_a_fresh_simulator(reqs, probes, scheduler, timeout_aware):
+    w = _workload(reqs)
+    args = dict(scheduler=scheduler, delay_s=1.0, timeout_aware=timeout_aware)
+    sim = Simulator(w, **args)
+    for n in probes:  # the sweeps a probe ran to the end are kept, and the last run reuses them
+        sim.run([n])
+    last = sim.run([probes[-1]], stop_early=False, detail=True)
+    fresh = Simulator(w, **args).run([probes[-1]], stop_early=False, detail=True)
+    assert last.ok == fresh.ok
+    assert last.completion.tolist() == fresh.completion.tolist()
+    assert np.array_equal(last.starts[0], fresh.starts[0], equal_nan=True)
+
+
 def test_two_stages_show_list_scheduling_anomalies():
     # found by random search: a third compile worker reorders the execute queue and batch 1 finishes later
     w = Workload(now=0.0, arrival=[5.0, 1.0, 0.0, 5.0, 0.0, 3.0],
@@ -167,3 +182,23 @@ def test_a_longer_wait_of_a_request_near_its_batchs_end_still_fails_the_timeout_
     assert not simulate(_near_its_end(3.5), [2], delay_s=2.0, timeout_aware=True).ok
     assert simulate(_near_its_end(3.5), [3], delay_s=2.0, timeout_aware=True).ok
     assert simulate(_near_its_end(3.5), [2], delay_s=2.0, timeout_aware=False).ok  # history alone lets it wait
+
+
+def _peak_by_events(starts, finishes, lo, hi):
+    """peak_busy as a walk over the start (+1) and finish (-1) events in time order, finishes first."""
+    mask = ~np.isnan(starts) & (finishes > lo) & (starts <= hi)
+    s, f = starts[mask], finishes[mask]
+    if not len(s):
+        return 0
+    times = np.concatenate([np.maximum(s, lo), f])
+    delta = np.concatenate([np.ones(len(s), dtype=np.int64), -np.ones(len(f), dtype=np.int64)])
+    return int(np.cumsum(delta[np.lexsort((delta, times))]).max())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 20)), st.integers(0, 8)), max_size=40),
+       st.sampled_from([-np.inf, 3.0, 5.5]), st.sampled_from([np.inf, 6.0, 9.0]))
+def test_the_peak_of_busy_workers_is_the_walk_over_their_events(intervals, lo, hi):
+    starts = np.array([np.nan if a is None else a / 2 for a, _ in intervals], dtype=np.float64)
+    finishes = starts + np.array([d / 2 for _, d in intervals], dtype=np.float64)
+    assert peak_busy(starts, finishes, lo, hi) == _peak_by_events(starts, finishes, lo, hi)
