@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bench import proc_cpu
 from bench.cpu_groups import CpuGroups, available
+from bench.dispatch import gateway_serving
 from bench.proc_cpu import Placed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +72,6 @@ class Farm:
         self.stop()
 
     def start(self) -> None:
-        import httpx
-
         from farm.config import Settings
         from farm.store.engine import open_store
         from farm.store.tenants import create_tenant
@@ -93,10 +92,7 @@ class Farm:
 
         def serving() -> bool:
             self._died("gateway")
-            try:
-                return httpx.get(f"{self.base}/openapi.json", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
+            return gateway_serving(self.base)
         _wait(serving, "the gateway")
         for record in (self.data / "workers").glob("*/*.json"):
             found = json.loads(record.read_text())

@@ -95,6 +95,16 @@ def wait_until(check, what: str, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+def gateway_serving(base: str) -> bool:
+    """Whether a `farm gateway` answers at `base` (its OpenAPI page: no tenant needed)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{base}/openapi.json", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.dispatch import PAYLOAD, QUEUE, forget_namespace, percentile, start, stop, wait_until  # noqa: E402
+from bench.dispatch import (  # noqa: E402
+    PAYLOAD, QUEUE, forget_namespace, gateway_serving, percentile, start, stop, wait_until)
 
 CHUNK = 500
 
@@ -125,12 +126,7 @@ def run(args) -> dict:
         wait_until(lambda: r.hlen(f"{namespace}:q:{QUEUE}:seen") >= args.workers, "workers")
         base = f"http://127.0.0.1:{port}"
 
-        def up() -> bool:
-            try:
-                return httpx.get(f"{base}/openapi.json", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-        wait_until(up, "gateway")
+        wait_until(lambda: gateway_serving(base), "gateway")
         client = RewardClient(settings)
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
             direct_throughput(client, 50, "warm")

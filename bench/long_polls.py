@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.dispatch import forget_namespace, percentile, start, stop, wait_until  # noqa: E402
+from bench.dispatch import forget_namespace, gateway_serving, percentile, start, stop, wait_until  # noqa: E402
 
 # the polling side, run as `python -c POLLER base token polls`: prints "sent", then per poll its status on exit
 POLLER = """
@@ -101,12 +101,7 @@ def run(args) -> dict:
                     str(args.port)], env, Path(store) / "gateway.log")]
     rounds = []
     try:
-        def up() -> bool:
-            try:
-                return httpx.get(f"{base}/openapi.json", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-        wait_until(up, "gateway")
+        wait_until(lambda: gateway_serving(base), "gateway")
         with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {flooder}"}, timeout=60) as a, \
                 httpx.Client(base_url=base, headers={"Authorization": f"Bearer {victim}"}, timeout=60) as b:
             for http, batch in ((a, "held"), (b, "mine")):
