@@ -62,7 +62,7 @@ class _Stream:
 
 
 class ResultsBell:
-    """`async with bell.waiting(batch, cursor) as w: ... await w.wait(s)`. One reader task per event loop, alive
+    """`async with bell.waiting_on(batch, cursor) as w: ... await w.wait(s)`. One reader task per event loop, alive
     while anyone waits."""
 
     def __init__(self, redis_url: str, keys: Keys, unblock: Callable[[int], object]) -> None:
@@ -73,10 +73,6 @@ class ResultsBell:
         self._conn: aioredis.Redis | None = None
         self._conn_id: int | None = None
         self._blocked = False
-
-    @property
-    def waiting(self) -> int:
-        return sum(len(s.waiters) for s in self._streams.values())
 
     @asynccontextmanager
     async def waiting_on(self, batch_id: str, cursor: str) -> AsyncIterator[Waiter]:

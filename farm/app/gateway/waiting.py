@@ -29,9 +29,6 @@ class WaitingSlots:
     def __init__(self) -> None:
         self._held: Counter[int] = Counter()
 
-    def held(self, tenant_id: int) -> int:
-        return self._held[tenant_id]
-
     @contextmanager
     def hold(self, tenant: Tenant) -> Iterator[None]:
         limit = tenant.limits.waiting_calls
