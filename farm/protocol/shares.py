@@ -1,0 +1,137 @@
+"""Fair shares of the pools between tenants: what a tenant is given, and the rule that divides a stage's workers.
+
+A tenant has a share (a weight, 1 by default) and optionally a cap of the farm's workers per resource kind.
+When a stage's workers cannot serve every waiting request at once, a free worker serves a tenant that holds
+fewer of the stage's workers than its share entitles it to: the stage's workers times its share over the
+shares of the tenants with work waiting there. Among those tenants, EBF (or FCFS) picks as ever, so with
+one tenant waiting, or workers to spare, nothing changes. A tenant at its cap of a kind is not served by a
+worker of that kind until one of its requests there ends.
+
+`pick.lua` applies the rule in Redis, `eligible` here in the replay (`planner.eval.state`); a contract test
+runs both over generated cases. The operator's settings (kept with the tenant, `farm.store.tenants`) are
+published to the hash `Keys.shares` (tenant label -> `FairShare.encode()`), which the pick reads.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from farm.pipeline import RESOURCES
+
+MAX_SHARE = 1_000_000.0  # beyond it the ratios of two shares lose meaning in a double
+
+
+class ShareError(ValueError):
+    """A fair share that cannot be set; the message says why."""
+
+
+@dataclass(frozen=True)
+class FairShare:
+    share: float = 1.0  # the tenant's weight against the others with work waiting at a stage
+    max_workers: Mapping[str, int] = field(default_factory=dict)  # resource kind -> most workers at once
+
+    def __post_init__(self) -> None:
+        s = self.share
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not (0 < s <= MAX_SHARE) or not math.isfinite(s):
+            raise ShareError(f"share must be a number > 0 and <= {MAX_SHARE:g}, not {s!r:.100}")
+        if not isinstance(self.max_workers, Mapping):
+            raise ShareError(f"max_workers must map a resource kind to a number, not {self.max_workers!r:.100}")
+        for kind, n in self.max_workers.items():
+            if kind not in RESOURCES:
+                raise ShareError(f"max_workers: unknown resource kind {kind!r:.40}; known: {', '.join(RESOURCES)}")
+            # a cap of 0 would leave the tenant's requests waiting for ever, with no message saying why
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ShareError(f"max_workers {kind}: must be a whole number >= 1, not {n!r:.100}")
+        object.__setattr__(self, "share", float(s))
+        object.__setattr__(self, "max_workers", MappingProxyType(dict(sorted(self.max_workers.items()))))
+
+    def cap(self, kind: str) -> int | None:
+        return self.max_workers.get(kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"share": self.share, "max_workers": dict(self.max_workers)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "FairShare":
+        """From JSON; missing keys take their defaults, an unknown one is refused (a typo is no setting)."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ShareError(f"a fair share must be an object, not {data!r:.100}")
+        unknown = set(data) - {"share", "max_workers"}
+        if unknown:
+            raise ShareError(f"unknown fair-share settings {sorted(unknown)}; known: ['max_workers', 'share']")
+        return cls(data.get("share", 1.0), dict(data.get("max_workers") or {}))
+
+    def encode(self) -> str:
+        """What `Keys.shares` holds for the tenant (pick.lua's `share_of` reads `w` and `cap`)."""
+        return json.dumps({"w": self.share, "cap": dict(self.max_workers)}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, raw: str | bytes | None) -> "FairShare":
+        if raw is None:
+            return cls()
+        data = json.loads(raw)
+        return cls(data.get("w", 1.0), data.get("cap") or {})
+
+
+DEFAULT = FairShare()
+
+
+def parse_max_workers(items: Iterable[str]) -> dict[str, int]:
+    """`KIND=N` pairs (the CLI's `--max-workers gpu=4`) as a mapping; ShareError for a malformed one."""
+    out: dict[str, int] = {}
+    for item in items:
+        kind, sep, n = item.partition("=")
+        if not sep or not n.strip().isdigit():
+            raise ShareError(f"--max-workers takes KIND=N (N a whole number), not {item!r:.100}")
+        out[kind.strip()] = int(n)
+    FairShare(max_workers=out)  # the checks, with their messages
+    return out
+
+
+def entitled(workers: int, share: float, waiting_shares: float) -> float:
+    """The workers of a stage a tenant with work waiting there is entitled to."""
+    return workers * share / waiting_shares
+
+
+def eligible(waiting: Iterable[str], shares: Mapping[str, FairShare], use: Mapping[str, int],
+             kind_use: Mapping[str, int], workers: int, kind: str) -> list[str]:
+    """The tenants (labels) of `waiting` a free worker of the stage may serve now, in `waiting`'s order.
+
+    `use`: each tenant's busy workers at this stage; `kind_use`: at every stage of the stage's `kind`;
+    `workers`: the stage's workers, the free one included. A tenant at its cap of the kind is out. Of the
+    others, those under their entitlement; when rounding leaves none (one worker, two tenants), those
+    furthest below it (least use per share), so the rule is work-conserving.
+    """
+    waiting = list(dict.fromkeys(waiting))
+    open_ = [t for t in waiting if (c := shares.get(t, DEFAULT).cap(kind)) is None or kind_use.get(t, 0) < c]
+    if not open_:
+        return []
+    total = sum(shares.get(t, DEFAULT).share for t in waiting)  # the capped ones still count: their share stays theirs
+    under = [t for t in open_ if use.get(t, 0) < entitled(workers, shares.get(t, DEFAULT).share, total)]
+    if under:
+        return under
+    least = min(use.get(t, 0) / shares.get(t, DEFAULT).share for t in open_)
+    return [t for t in open_ if use.get(t, 0) / shares.get(t, DEFAULT).share == least]
+
+
+def clamp_capacity(limits: Mapping[str, int | None], active: Iterable[str],
+                   shares: Mapping[str, FairShare]) -> dict[str, int | None]:
+    """Workers per kind the planner may ask for (None: no limit): a kind every tenant with open batches caps
+    is held to the sum of their caps (and to the cluster's own limit), as no pick could use more."""
+    tenants = list(dict.fromkeys(active))
+    out: dict[str, int | None] = {}
+    for kind in RESOURCES:
+        limit = limits.get(kind)
+        caps = [shares.get(t, DEFAULT).cap(kind) for t in tenants]
+        if tenants and all(c is not None for c in caps):
+            total = sum(caps)  # type: ignore[arg-type]
+            limit = total if limit is None else min(limit, total)
+        out[kind] = limit
+    return out
