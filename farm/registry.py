@@ -64,6 +64,19 @@ def stage_by_queue(queue: str):
         raise UnknownPipeline(str(exc)) from exc
 
 
+def queues_of_kind(resource: str) -> tuple[str, ...]:
+    """The stage queues of every known pipeline whose stages use `resource`: where a tenant's cap of that kind
+    counts its workers (farm.protocol.shares). A pipeline that fails to load has none."""
+    out = []
+    for name in names():
+        try:
+            pipeline = get(name)
+        except Exception:  # noqa: BLE001 - a broken entry point is reported where it is used, not here
+            continue
+        out += [s.queue for s in pipeline.stages if s.resource == resource]
+    return tuple(sorted(set(out)))
+
+
 def stage_timeout(queue: str, knobs: Knobs | None = None) -> float:
     """The effective timeout of the stage behind a queue (raises UnknownPipeline for a stage none has)."""
     return (knobs or Knobs()).timeout_of(stage_by_queue(queue)[1])

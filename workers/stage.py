@@ -81,6 +81,7 @@ class StageWorker:
         self.queue = queue
         self.name = name
         self.pipeline, self.stage = registry.stage_by_queue(queue)
+        self.kind_queues = tuple(sorted({queue, *registry.queues_of_kind(self.stage.resource)}))
         self.dispatch = Dispatch(settings)
         self.keys = Keys(settings.namespace)
         self.tokens = Tokens(app, settings)
@@ -97,7 +98,8 @@ class StageWorker:
         self.last_active = time.monotonic()
         knobs = self.dispatch.knobs()
         token = uuid.uuid4().hex
-        reply = self.dispatch.pick(self.queue, self.name, knobs.scheduler, token)
+        reply = self.dispatch.pick(self.queue, self.name, knobs.scheduler, token, self.stage.resource,
+                                   self.kind_queues)
         self.requeued(reply[0], knobs)
         if len(reply) == 1:
             return str(Served(self.queue, "idle"))  # the request this token announced was cancelled or taken by a recovered token

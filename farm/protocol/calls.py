@@ -278,9 +278,13 @@ def sweep_call(abandon_after_s: float | None) -> Call:
                       abandon_limit=str(ABANDON_LIMIT))
 
 
-def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: str) -> Call:
+def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: str, kind: str = "",
+              kind_queues: tuple[str, ...] = ()) -> Call:
+    """`kind`: the stage's resource kind, `kind_queues`: the stage queues of that kind, where a tenant's cap of
+    the kind counts its workers (farm.protocol.shares); without them no cap applies, shares still do."""
     return PICK.call(queue=queue, mode=scheduler, worker=worker, lease_s=str(lease_s), token=token,
-                     reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS))
+                     reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS), kind=kind,
+                     kind_queues=",".join(kind_queues or (queue,)))
 
 
 def lapse_call(worker: str, queue: str) -> Call:

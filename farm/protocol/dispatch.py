@@ -70,8 +70,9 @@ class Dispatch:
     def progress(self, batch_id: str) -> Progress:
         return self.drive(self.exchanges.progress(batch_id))
 
-    def pick(self, queue: str, worker: str, scheduler: str, token: str):
-        return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token))
+    def pick(self, queue: str, worker: str, scheduler: str, token: str, kind: str = "",
+             kind_queues: tuple[str, ...] = ()):
+        return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token, kind, kind_queues))
 
     def heartbeat(self, token: str, batch_id: str) -> str:
         return self.run(heartbeat_call(token, self.settings.lease_s, batch_id))

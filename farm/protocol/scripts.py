@@ -64,7 +64,8 @@ OPEN = Script("open", ("batch", "task", "pipeline", "size", "opened_at", "group_
                        "epoch_message"))
 SUBMIT = Script("submit", ("batch", "request", "payload", "state", "first_queue", "at", "result", "arrived_event",
                            "done_event", "group", "limit", "tenant", "most_outstanding"))
-PICK = Script("pick", ("queue", "mode", "worker", "lease_s", "token", "reclaim_limit", "max_attempts"))
+PICK = Script("pick", ("queue", "mode", "worker", "lease_s", "token", "reclaim_limit", "max_attempts", "kind",
+                       "kind_queues"))
 COMPLETE = Script("complete", ("batch", "request", "token", "worker", "queue", "at", "stage_event", "next_queue",
                                "state", "result", "done_event", "limit"))
 HEARTBEAT = Script("heartbeat", ("token", "lease_s", "batch"))

@@ -121,17 +121,16 @@ def eligible(waiting: Iterable[str], shares: Mapping[str, FairShare], use: Mappi
     return [t for t in open_ if use.get(t, 0) / shares.get(t, DEFAULT).share == least]
 
 
-def clamp_capacity(limits: Mapping[str, int | None], active: Iterable[str],
-                   shares: Mapping[str, FairShare]) -> dict[str, int | None]:
-    """Workers per kind the planner may ask for (None: no limit): a kind every tenant with open batches caps
-    is held to the sum of their caps (and to the cluster's own limit), as no pick could use more."""
+def caps_bound(active: Iterable[str], shares: Mapping[str, FairShare]) -> dict[str, int]:
+    """Workers per kind the planner need never ask for more than: a kind every tenant with open batches caps is
+    bound by the sum of their caps, as no pick could use more (`planner.policy.capacity.Capacity.within`).
+    Kinds some tenant with open batches does not cap are absent (unbound)."""
     tenants = list(dict.fromkeys(active))
-    out: dict[str, int | None] = {}
+    out: dict[str, int] = {}
+    if not tenants:
+        return out
     for kind in RESOURCES:
-        limit = limits.get(kind)
         caps = [shares.get(t, DEFAULT).cap(kind) for t in tenants]
-        if tenants and all(c is not None for c in caps):
-            total = sum(caps)  # type: ignore[arg-type]
-            limit = total if limit is None else min(limit, total)
-        out[kind] = limit
+        if all(c is not None for c in caps):
+            out[kind] = sum(caps)  # type: ignore[arg-type]
     return out

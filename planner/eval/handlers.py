@@ -15,6 +15,7 @@ def on_finish(farm: FarmState, now: float, event: Any) -> bool:
     """A request's stage ends: its worker is free (or retires) and the request goes on or is done."""
     p, b, i, k = event
     p.busy -= 1
+    p.held[b.tenant] -= 1
     b.served[i, k] = b.requests[i, 1 + k]
     if p.count < p.target:  # otherwise the pool is over its target: this worker retires
         p.idle += 1

@@ -16,6 +16,7 @@ import time as _clock
 from typing import Callable
 
 from farm.knobs import Knobs
+from farm.protocol.shares import FairShare
 from planner.eval.handlers import HANDLERS
 from planner.eval.metrics import EvalResult
 from planner.eval.startup import Startup
@@ -28,7 +29,8 @@ from planner.policy.decide import decide, parse_policy
 def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 0, pipeline: str = "trace",
              progress: Callable[[float], None] | None = None, startup_per_start_s: float = 0.0,
              retire_s: float = 0.0, policy_startup_s: float | None = None, dispatch_s: float = 0.0,
-             startup: Startup | None = None, capacity: Capacity = UNBOUNDED) -> EvalResult:
+             startup: Startup | None = None, capacity: Capacity = UNBOUNDED,
+             shares: dict[str, FairShare] | None = None) -> EvalResult:
     """Replay `trace` under `knobs` (policy, scheduler, D, tick); metrics as docs/design.md defines them.
 
     A new worker is ready `startup_s + startup_per_start_s x (workers starting then + its rank in the
@@ -38,7 +40,9 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
     draws its own, from a stream seeded by `seed` apart from the policy's. The policy is told a start-up
     of `policy_startup_s` (default: the distribution's `plan_s`, its 90th percentile), as a live planner
     is told the one its workers' lives show. `capacity` makes the farm a fixed-size cluster (see
-    `planner.eval.state`), and the policy is told it, as a live planner is by its backend."""
+    `planner.eval.state`), and the policy is told it, as a live planner is by its backend. `shares`: the
+    fair shares of the trace's tenants (its batches' `tenant`; farm.protocol.shares), 1 each and no cap
+    unless given."""
     if startup is None:
         if not (isinstance(startup_s, (int, float)) and math.isfinite(startup_s) and startup_s >= 0):
             raise ValueError(f"startup_s must be a finite number >= 0, not {startup_s!r}")
@@ -55,7 +59,7 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
     farm = FarmState(trace, knobs, kind=kind, pipeline=pipeline, startup=startup,
                      startup_rng=random.Random(f"startup-{seed}"),
                      startup_per_start_s=startup_per_start_s, retire_s=retire_s, policy_startup_s=policy_startup_s,
-                     dispatch_s=dispatch_s, capacity=capacity)
+                     dispatch_s=dispatch_s, capacity=capacity, shares=shares)
     rng = random.Random(seed)
     events = farm.events
     now = farm.t0

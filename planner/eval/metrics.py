@@ -44,6 +44,7 @@ class EvalResult:
     startup: str = ""  # the start-up as `farm eval --startup-s` writes it (a distribution's spec)
     capacity: Capacity = UNBOUNDED  # the fixed-size cluster replayed on
     bound: int = 0  # decisions that the capacity held below what they wanted
+    tenants: tuple[str, ...] = ()  # per batch, its tenant (fair shares; '-' for none)
 
     @classmethod
     def build(cls, trace, knobs, startup, batches, alloc, busy_s, timeline, decisions, end,
@@ -53,7 +54,7 @@ class EvalResult:
             startup_s=startup.quantile(0.5), startup=startup.describe(),
             stage_names=tuple(s.name for s in trace.stages), resources=tuple(s.resource for s in trace.stages),
             costs=tuple(s.cost for s in trace.stages), batch_ids=tuple(b.id for b in batches),
-            tasks=tuple(b.tb.task for b in batches),
+            tasks=tuple(b.tb.task for b in batches), tenants=tuple(b.tb.tenant or "-" for b in batches),
             earliest=np.array([b.earliest for b in batches]), completed=np.array([b.completed_at for b in batches]),
             requests=sum(b.size for b in batches), allocated_s=np.asarray(alloc, dtype=np.float64),
             busy_s=np.asarray(busy_s, dtype=np.float64), timeline=tuple(timeline),
@@ -106,4 +107,12 @@ class EvalResult:
         if not self.capacity.unbounded:
             out["capacity"] = dict(self.capacity.most)
             out["capacity_bound_decisions"] = self.bound
+        if len(set(self.tenants)) > 1:  # reported only then, so a trace of one tenant prints what it always did
+            out["tenants"] = self.by_tenant()
         return out
+
+    def by_tenant(self) -> dict[str, dict[str, float]]:
+        """Each tenant's batches and their extra delay (mean and max), as `farm status` shows a live farm's."""
+        d, tenants = self.extra_delay, np.asarray(self.tenants)
+        return {t: {"batches": int((tenants == t).sum()), "extra_delay_mean_s": float(d[tenants == t].mean()),
+                    "extra_delay_max_s": float(d[tenants == t].max())} for t in sorted(set(self.tenants))}

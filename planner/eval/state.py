@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from farm.knobs import Knobs
+from farm.protocol.shares import FairShare, caps_bound, eligible
 from planner.eval.kernel import EventQueue
 from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch
-from planner.policy.capacity import UNBOUNDED, Capacity
+from planner.policy.capacity import UNBOUNDED, Capacity, within
 from planner.policy.decide import RECENT_NEEDS
 from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision, Need, Snapshot, StageState
 
@@ -57,6 +58,7 @@ class Pool:
     target: int = 0
     leaving: int = 0  # retired, not gone yet (exit lag): allocated, not in the pool
     queues: dict = field(default_factory=dict)  # batch index -> deque of (queued at, seq, request)
+    held: dict = field(default_factory=dict)  # tenant -> its busy workers here (fair shares)
 
     @property
     def count(self) -> int:
@@ -74,6 +76,7 @@ class Batch:
         order = np.argsort(tb.requests[:, 0], kind="stable")
         self.index, self.tb = index, tb
         self.id = f"{tb.task}/{tb.batch}"
+        self.tenant = tb.tenant or "-"  # as farm.protocol.scope labels a batch opened outside any tenant's
         self.requests = tb.requests[order]  # in arrival order: the arrived ones are a prefix
         self.size = len(order)
         self.stage = np.zeros(self.size, dtype=np.int64)
@@ -97,9 +100,11 @@ class FarmState:
 
     def __init__(self, trace: Trace, knobs: Knobs, *, kind: str, pipeline: str, startup: Startup,
                  startup_rng: random.Random, startup_per_start_s: float, retire_s: float, policy_startup_s: float,
-                 dispatch_s: float, capacity: Capacity = UNBOUNDED) -> None:
+                 dispatch_s: float, capacity: Capacity = UNBOUNDED,
+                 shares: dict[str, FairShare] | None = None) -> None:
         self.trace, self.knobs, self.kind, self.pipeline = trace, knobs, kind, pipeline
         self.capacity = capacity
+        self.shares = dict(shares or {})  # tenant -> its fair share (farm.protocol.shares), 1 and no cap unless set
         self.kinds = [s.resource for s in trace.stages]
         self.startup, self.startup_rng, self.startup_per_start_s = startup, startup_rng, startup_per_start_s
         self.retire_s, self.policy_startup_s, self.dispatch_s = retire_s, policy_startup_s, dispatch_s
@@ -214,7 +219,8 @@ class FarmState:
                 served=b.served[:a], oracle=b.requests if self.kind == "ideal" else None))
         return Snapshot(now=now, pipeline=self.pipeline, stages=tuple(stage_states), batches=tuple(live),
                         history=dict(self.history), startup_s=self.policy_startup_s, recent=tuple(self.recent),
-                        capacity=self.capacity)
+                        capacity=within(self.capacity, caps_bound((b.tenant for b in self.active.values()),
+                                                                  self.shares)))
 
     def apply(self, decision: Decision, now: float) -> None:
         """Take the decision's batch keys and resize the pools to its targets."""
@@ -276,10 +282,13 @@ class FarmState:
         ebf = self.knobs.scheduler == "ebf"
         for (k, _), p in self.pools.items():
             while p.idle > 0 and p.queues:
+                fair = self._fair(k, p)
+                if fair is None:
+                    break  # only tenants at their cap wait: the worker stays free
                 if ebf:
-                    bi = min(p.queues, key=lambda j: (batches[j].key, p.queues[j][0][0], p.queues[j][0][1]))
+                    bi = min(fair, key=lambda j: (batches[j].key, p.queues[j][0][0], p.queues[j][0][1]))
                 else:
-                    bi = min(p.queues, key=lambda j: (p.queues[j][0][0], p.queues[j][0][1]))
+                    bi = min(fair, key=lambda j: (p.queues[j][0][0], p.queues[j][0][1]))
                 q = p.queues[bi]
                 _, _, i = q.popleft()
                 if not q:
@@ -288,6 +297,25 @@ class FarmState:
                 b.state[i], b.since[i] = RUNNING, now
                 p.idle -= 1
                 p.busy += 1
+                p.held[b.tenant] = p.held.get(b.tenant, 0) + 1
                 s = float(b.requests[i, 1 + k])
                 busy_s[k] += s
                 events.push(now + dispatch_s + s if dispatch_s > 0 else now + s, FINISH, (p, b, i, k))
+
+    def _fair(self, k: int, p: Pool):
+        """The batches queued in `p` a free worker may serve under the tenants' fair shares (all of them when one
+        tenant waits, uncapped); None when only tenants at their cap of the stage's kind wait (pick.lua's rule)."""
+        batches = self.batches
+        waiting = list(dict.fromkeys(batches[j].tenant for j in p.queues))
+        kind = self.kinds[k]
+        if len(waiting) == 1 and self.shares.get(waiting[0], FairShare()).cap(kind) is None:
+            return p.queues
+        kind_use: dict[str, int] = {}
+        for (j, _), other in self.pools.items():
+            if self.kinds[j] == kind:
+                for t, n in other.held.items():
+                    kind_use[t] = kind_use.get(t, 0) + n
+        ok = set(eligible(waiting, self.shares, p.held, kind_use, p.idle + p.busy, kind))
+        if not ok:
+            return None
+        return [j for j in p.queues if batches[j].tenant in ok]

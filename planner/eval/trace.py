@@ -63,6 +63,9 @@ class TraceBatch:
     # Optional extra (key "outcomes"): one code per request, see OUTCOMES; the times alone cannot tell
     # an execute error from a success.
     outcomes: str | None = None
+    # Optional extra (key "tenant"): the tenant whose batch it is, for fair shares (farm.protocol.shares);
+    # a batch without one is the farm's own (tenant label '-').
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         where = f"batch {self.task!r}/{self.batch}"
@@ -102,13 +105,13 @@ class TraceBatch:
         if not isinstance(other, TraceBatch):
             return NotImplemented
         return (
-            (self.task, self.batch, self.start_s, self.outcomes)
-            == (other.task, other.batch, other.start_s, other.outcomes)
+            (self.task, self.batch, self.start_s, self.outcomes, self.tenant)
+            == (other.task, other.batch, other.start_s, other.outcomes, other.tenant)
             and np.array_equal(self.requests, other.requests)
         )
 
     def __hash__(self) -> int:
-        return hash((self.task, self.batch, self.start_s, self.outcomes, self.requests.tobytes()))
+        return hash((self.task, self.batch, self.start_s, self.outcomes, self.tenant, self.requests.tobytes()))
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ def _batch_line(b: TraceBatch) -> str:
         "[" + ",".join([_num(row[0])] + [_time(x) for x in row[1:]]) + "]" for row in b.requests.tolist()
     )
     extra = "" if b.outcomes is None else f',"outcomes":"{b.outcomes}"'
+    extra += "" if b.tenant is None else f',"tenant":{json.dumps(b.tenant)}'
     return (
         f'{{"task":{json.dumps(b.task)},"batch":{b.batch},"start_s":{_num(b.start_s)},"requests":[{reqs}]{extra}}}'
     )

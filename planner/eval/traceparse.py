@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -31,6 +32,10 @@ def decode(line: str) -> Any:
         return json.loads(line)
     except json.JSONDecodeError as e:
         raise LineError(f"invalid JSON: {e.msg} (column {e.colno})") from None
+
+
+# A batch's optional tenant: a name for fair shares (farm.protocol.shares), such as a tenant label `t3`.
+TENANT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}|-")
 
 
 def outcomes_problem(outcomes: object, n: int) -> str | None:
@@ -121,4 +126,8 @@ def batch_fields(obj: Any, names: Sequence[str], timeouts: np.ndarray) -> dict[s
         problem = outcomes_problem(outcomes, len(raw))
         if problem:
             raise LineError(problem)
-    return {"task": task, "batch": batch, "start_s": float(start), "requests": requests, "outcomes": outcomes}
+    tenant = obj.get("tenant")
+    if tenant is not None and not (isinstance(tenant, str) and TENANT_NAME.fullmatch(tenant)):
+        raise LineError(f"'tenant' must be 1-64 letters, digits or '_.-', got {_short(tenant)}")
+    return {"task": task, "batch": batch, "start_s": float(start), "requests": requests, "outcomes": outcomes,
+            "tenant": tenant}

@@ -86,6 +86,18 @@ def fit(counts: Sequence[int], kinds: Sequence[str], limits: Mapping[str, int]) 
     return out
 
 
+def within(capacity: Capacity, bound: Mapping[str, int]) -> Capacity:
+    """`capacity` with each kind of `bound` held to at most that many workers (the tenants' caps of a kind,
+    farm.protocol.shares.caps_bound): the planner sizes no pool beyond what the picks could use."""
+    if not bound:
+        return capacity
+    most, placeable = dict(capacity.most), dict(capacity.placeable)
+    for kind, b in bound.items():
+        most[kind] = min(most.get(kind, b), b)
+        placeable[kind] = min(placeable.get(kind, 0) if kind in capacity.most else b, most[kind])
+    return Capacity(placeable=placeable, most=most, node_startup_s=capacity.node_startup_s)
+
+
 UNBOUNDED = Capacity()
 
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from farm.knobs import Knobs
 from farm.store.decisions import DecisionRecord
-from planner.policy.capacity import UNBOUNDED, Capacity, fit
+from planner.policy.capacity import UNBOUNDED, Capacity, fit, within
 from planner.policy.decide import RECENT_NEEDS
 from planner.policy.snapshot import Snapshot
 from planner.runtime.epochs import Wakeup
@@ -137,7 +137,7 @@ class Daemon:
         for view in views:
             try:
                 records.append(self._decide_pipeline(view, knobs, workers, now, reason,
-                                                     share.get(view.pipeline, UNBOUNDED)))
+                                                     within(share.get(view.pipeline, UNBOUNDED), view.caps)))
             except Exception:  # one pipeline's failure must not starve the others
                 log.exception("decision for pipeline %s failed", view.pipeline)
         self.decisions += 1

@@ -22,8 +22,10 @@ from sqlalchemy import select
 from farm import registry
 from farm.knobs import Knobs
 from farm.protocol import reads
-from farm.protocol.keys import Keys
+from farm.protocol.keys import Keys, text
 from farm.protocol.live import inspect
+from farm.protocol.scope import batch_tenant
+from farm.protocol.shares import FairShare, caps_bound
 from farm.protocol.silence import silent
 from farm.protocol.state import RequestState
 from farm.store import queries
@@ -249,6 +251,7 @@ class LiveFarm:
                 continue
             n, starting = pools.get(w.stage, (0, 0))
             pools[w.stage] = (n + 1, starting + (getattr(w.state, "value", w.state) == "starting"))
+        shares = read_shares(self.redis, keys)
         views = []
         for name in sorted(names):
             try:
@@ -286,8 +289,21 @@ class LiveFarm:
             snap, cold = snapshot(now, pipeline, knobs, pools, batches, self._history(name),
                                   self.startup(now, pipeline.queues))
             views.append(PipelineView(name, tuple(pipeline.queues), snap,
-                                      {b.id: b.size for b in batches}, cold, busy))
+                                      {b.id: b.size for b in batches}, cold, busy,
+                                      caps_bound((batch_tenant(b.id) for b in batches), shares)))
         return views
+
+
+def read_shares(redis: Any, keys: Keys) -> dict[str, FairShare]:
+    """The tenants' fair shares as published (`Keys.shares`); one that does not decode counts as the default
+    (1, no cap: for the planner, an unknown cap is no bound) and is logged."""
+    out = {}
+    for label, raw in redis.hgetall(keys.shares).items():
+        try:
+            out[text(label)] = FairShare.decode(raw)
+        except (ValueError, TypeError, AttributeError):
+            log.warning("tenant %s: its fair share %r does not decode; planning as if it had none", text(label), raw)
+    return out
 
 
 STARTUP_WINDOW_S = 600.0  # start-ups of the workers spawned this recently

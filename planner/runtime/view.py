@@ -27,6 +27,9 @@ class PipelineView:
     batch_sizes: Mapping[str, int] = field(default_factory=dict)  # active batch id -> B
     cold: tuple[str, ...] = ()  # active batches with no history anywhere in their pipeline
     busy: Mapping[str, float] = field(default_factory=dict)  # worker name -> when its request started
+    # workers per kind the tenants with open batches could use at most: the sum of their caps, for a kind
+    # each of them caps (farm.protocol.shares.caps_bound); the planner asks for no more
+    caps: Mapping[str, int] = field(default_factory=dict)
 
 
 class LiveView(Protocol):

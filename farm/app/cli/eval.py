@@ -14,6 +14,7 @@ from planner.eval.loop import evaluate
 from planner.eval.startup import Startup, parse_startup
 from planner.policy.capacity import UNBOUNDED, Capacity, parse_capacity
 from planner.policy.decide import parse_policy
+from farm.protocol.shares import FairShare, ShareError, parse_max_workers
 
 
 # a replay's pools are bounded by the policy alone, not by the live farm's default bound
@@ -48,6 +49,30 @@ def _capacity(value: str | None, t: tr.Trace) -> Capacity:
     return capacity
 
 
+def _shares(shares: tuple[str, ...], caps: tuple[str, ...]) -> dict[str, FairShare]:
+    """The fair shares of the trace's tenants from `--share NAME=W` and `--tenant-max-workers NAME:KIND=N`."""
+    weights: dict[str, float] = {}
+    limits: dict[str, list[str]] = {}
+    for item in shares:
+        name, sep, w = item.partition("=")
+        try:
+            weights[name] = float(w) if sep and name else float("nan")
+        except ValueError:
+            weights[name] = float("nan")
+        if not (sep and name) or weights[name] != weights[name]:
+            raise click.BadParameter(f"expected TENANT=WEIGHT, not {item!r}", param_hint="--share")
+    for item in caps:
+        name, sep, cap = item.partition(":")
+        if not (sep and name):
+            raise click.BadParameter(f"expected TENANT:KIND=N, not {item!r}", param_hint="--tenant-max-workers")
+        limits.setdefault(name, []).append(cap)
+    try:
+        return {name: FairShare(weights.get(name, 1.0), parse_max_workers(limits.get(name, ())))
+                for name in sorted(set(weights) | set(limits))}
+    except ShareError as e:
+        raise click.BadParameter(str(e), param_hint="--share/--tenant-max-workers") from None
+
+
 def _sweep(value: str) -> tuple[float, ...]:
     try:
         out = tuple(float(x) for x in value.split(",") if x.strip())
@@ -78,6 +103,9 @@ def _table(summary: dict) -> str:
     for name, s in summary["stages"].items():
         norm = "-" if s["normalized"] is None else f"{s['normalized']:.3f}"
         lines.append(f"{name:<16}{s['resource']:<10}{s['allocated_s']:>14.1f}{s['busy_s']:>14.1f}{norm:>12}")
+    for tenant, x in summary.get("tenants", {}).items():
+        lines.append(f"tenant {tenant:<9}{x['batches']:>4} batches   extra delay mean {x['extra_delay_mean_s']:.3f} s"
+                     f"   max {x['extra_delay_max_s']:.3f} s")
     lines.append("resources     " + "   ".join(f"{k} {v:.1f} s" for k, v in summary["resources"].items()))
     lines.append(
         f"planner       mean {summary['planner_runtime_mean_s'] * 1000:.1f} ms   "
@@ -96,6 +124,10 @@ def _table(summary: dict) -> str:
 @click.option("--capacity", default=None, metavar="KIND=N,...",
               help="replay on a fixed-size cluster of this many workers per resource kind (e.g. gpu=2,cpu=16; "
                    "a kind not named is unbounded): workers beyond it pend, and the policy plans within it")
+@click.option("--share", "shares", multiple=True, metavar="TENANT=W",
+              help="a tenant's fair share of the pools (the trace's batches name their `tenant`; default 1 each)")
+@click.option("--tenant-max-workers", "caps", multiple=True, metavar="TENANT:KIND=N",
+              help="a tenant's cap of workers of a resource kind (repeatable)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 @click.option("--compare", is_flag=True, help="run every policy, print a side-by-side table and write figures")
@@ -105,13 +137,14 @@ def _table(summary: dict) -> str:
               help="--compare: fixed start-ups of the start-up sweep (comma list; empty to skip)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
               help="where --compare writes its figures and JSON")
-def eval_(trace, startup, capacity, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
+def eval_(trace, startup, capacity, shares, caps, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
     t = _load(trace)
     startup = _startup(startup)
     sweep = _sweep(startup_sweep)
     capacity = _capacity(capacity, t)
+    fair = _shares(shares, caps)
     if compare and not capacity.unbounded:
         raise click.BadParameter("--compare replays without a capacity; give --capacity to one replay",
                                  param_hint="--capacity")
@@ -130,6 +163,6 @@ def eval_(trace, startup, capacity, seed, as_json, compare, runtime_sizes, start
                              echo=lambda line: click.echo(line, err=True))
         click.echo(json.dumps(report, indent=1) if as_json else report["table"])
         return
-    result = evaluate(t, knobs, startup=startup, seed=seed, capacity=capacity)
+    result = evaluate(t, knobs, startup=startup, seed=seed, capacity=capacity, shares=fair)
     summary = result.summary()
     click.echo(json.dumps(summary) if as_json else _table(summary))

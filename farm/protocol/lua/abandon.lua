@@ -3,6 +3,7 @@ local busy = queue_key(queue, QPART.busy)
 local held = redis.call('HGET', busy, worker)
 if not held then return 'idle' end
 redis.call('HDEL', busy, worker)
+release_held()
 local h = cjson.decode(held)
 local b = batch_key(h.batch)
 if redis.call('HGET', b .. PART.lease, h.request) ~= h.token then return 'lost' end

@@ -89,6 +89,61 @@ local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
   end
 end
 
+-- Fair shares (farm.protocol.shares). The tenant label of a farm batch id: `t<id>` under a tenant's prefix
+-- (farm.protocol.ids.TENANT_PREFIX; a valid id has a ':' only there), '-' for a batch opened directly.
+local function tenant_of(bid) return string.match(bid, '^(t%d+):') or '-' end
+
+-- A tenant's share {w = weight, cap = {kind = most workers}} from K.shares (FairShare.encode); read once a run.
+local share_cache = {}
+local function share_of(t)
+  if share_cache[t] == nil then
+    -- what does not decode counts as the default (weight 1, no cap): a bad entry must not stop every pick
+    local raw = redis.call('HGET', K.shares, t)
+    local ok, s = pcall(cjson.decode, raw or '{}')
+    if not ok or type(s) ~= 'table' then s = {} end
+    local w = tonumber(s.w)
+    if w == nil or w <= 0 or w ~= w then w = 1 end
+    local cap = {}
+    if type(s.cap) == 'table' then
+      for kind, n in pairs(s.cap) do if tonumber(n) then cap[kind] = tonumber(n) end end
+    end
+    share_cache[t] = {w = w, cap = cap}
+  end
+  return share_cache[t]
+end
+
+-- Busy workers per tenant over stage queues (their `busy` hashes, `busy_record` above).
+local function busy_by_tenant(queues)
+  local out = {}
+  for _, q in ipairs(queues) do
+    for _, rec in ipairs(redis.call('HVALS', queue_key(q, QPART.busy))) do
+      local t = string.match(rec, '"batch":%s*"(t%d+):') or '-'
+      out[t] = (out[t] or 0) + 1
+    end
+  end
+  return out
+end
+
+-- The stage's workers on its roster that beat within a lease time (a dead one's entry stays until pruned).
+local function live_workers(queue, lease_s)
+  local t, n = now(), 0
+  local seen = redis.call('HVALS', queue_key(queue, QPART.seen))
+  for _, at in ipairs(seen) do
+    if t - (tonumber(at) or 0) < lease_s then n = n + 1 end
+  end
+  return n
+end
+
+-- A worker was released (finished, abandoned or reclaimed): a tenant at its cap may now be served, so each
+-- queue a pick left waiting for a cap gets a wake-up token (one too many costs an empty pick; a broker that is
+-- not this Redis gets none, and the workers' idle check sends one within a lease time).
+local function release_held()
+  local held = redis.call('SMEMBERS', K.held)
+  if #held == 0 then return end
+  redis.call('DEL', K.held)
+  for _, q in ipairs(held) do wake(q, '') end
+end
+
 local function drop_from_queue(queue, bid)
   redis.call('ZREM', queue_key(queue, QPART.ebf), bid)
   redis.call('ZREM', queue_key(queue, QPART.fcfs), bid)
@@ -243,7 +298,7 @@ local function reclaim(limit, max_att)
       local b = batch_key(bid)
       local busy = queue_key(queue, QPART.busy)
       local held = redis.call('HGET', busy, worker)
-      if held and string.find(held, tok, 1, true) then redis.call('HDEL', busy, worker) end
+      if held and string.find(held, tok, 1, true) then redis.call('HDEL', busy, worker); release_held() end
       if redis.call('HGET', b .. PART.lease, rid) == tok then
         redis.call('HDEL', b .. PART.lease, rid)
         if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. PART.res, rid) == 0 then

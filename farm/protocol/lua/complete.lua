@@ -4,7 +4,7 @@
 local b = batch_key(batch)
 local busy = queue_key(queue, QPART.busy)
 local held = redis.call('HGET', busy, worker)
-if held and string.find(held, token, 1, true) then redis.call('HDEL', busy, worker) end
+if held and string.find(held, token, 1, true) then redis.call('HDEL', busy, worker); release_held() end
 redis.call('HSET', queue_key(queue, QPART.seen), worker, at)
 if redis.call('HGET', b .. PART.lease, request) ~= token then return 'lost' end
 redis.call('HDEL', b .. PART.lease, request)

@@ -1,23 +1,89 @@
--- a free worker takes the most urgent pending request of its stage (`mode`: ebf|fcfs) and a lease on it.
+-- a free worker takes the most urgent pending request of its stage (`mode`: ebf|fcfs) and a lease on it, of a
+-- tenant its fair share lets it serve (farm.protocol.shares: `kind` the stage's resource kind, `kind_queues` the
+-- stage queues of that kind, comma-separated, where a tenant's cap counts its workers).
 -- Returns {requeued queues, batch, request, enqueued_at, state, payload, task, pipeline}, or {requeued
--- queues} when nothing waits.
+-- queues} when nothing waits (or only tenants at their cap wait: the queue is then held, see `release_held`).
 local requeued = reclaim(tonumber(reclaim_limit), tonumber(max_attempts))
 local z = queue_key(queue, mode)  -- a scheduler picks from the order of its name: QPART.ebf or QPART.fcfs
 local fcfs = queue_key(queue, QPART.fcfs)
--- the most urgent batch: the first of the order; of batches with equal EBF keys (one decision may key every
--- batch without history alike), the one whose head entered the stage first, as the simulation serves them
-local function most_urgent()
-  local top = redis.call('ZRANGE', z, 0, 1, 'WITHSCORES')  -- the first two: a tie shows as equal scores
-  if #top < 4 or z == fcfs or top[2] ~= top[4] then return top[1] end
+-- of batches with equal keys (one decision may key every batch without history alike), the one whose head
+-- entered the stage first, as the simulation serves them; `bids` all have the key `score`
+local function first_in(bids)
   local best, best_seq = nil, nil
-  for _, bid in ipairs(redis.call('ZRANGEBYSCORE', z, top[2], top[2])) do
+  for _, bid in ipairs(bids) do
     local seq = tonumber(redis.call('ZSCORE', fcfs, bid))
     if seq and (best_seq == nil or seq < best_seq) then best, best_seq = bid, seq end
   end
-  return best or top[1]
+  return best or bids[1]
+end
+-- the most urgent batch of one tenant alone: the first of the order, ties by their heads' seq
+local function most_urgent()
+  local top = redis.call('ZRANGE', z, 0, 1, 'WITHSCORES')  -- the first two: a tie shows as equal scores
+  if #top < 4 or z == fcfs or top[2] ~= top[4] then return top[1] end
+  return first_in(redis.call('ZRANGEBYSCORE', z, top[2], top[2]))
+end
+-- the most urgent batch of the tenants a fair share lets this worker serve (`shares.eligible` in Python);
+-- false when only capped tenants wait
+local function fair_pick(members)
+  local waiting, seen_t = {}, {}
+  for i = 1, #members, 2 do
+    local t = tenant_of(members[i])
+    if not seen_t[t] then seen_t[t] = true; waiting[#waiting + 1] = t end
+  end
+  local shares = {}
+  for _, t in ipairs(waiting) do shares[t] = share_of(t) end
+  if #waiting == 1 and shares[waiting[1]].cap[kind] == nil then return most_urgent() end
+  local use = busy_by_tenant({queue})
+  local kind_use = use
+  for _, t in ipairs(waiting) do
+    if shares[t].cap[kind] ~= nil then kind_use = busy_by_tenant(split(kind_queues, ',')); break end
+  end
+  local busy_n = redis.call('HLEN', queue_key(queue, QPART.busy))
+  local workers = math.max(live_workers(queue, tonumber(lease_s)), busy_n + 1)
+  local total = 0
+  for _, t in ipairs(waiting) do total = total + shares[t].w end
+  local open_t, under, n_under = {}, {}, 0
+  for _, t in ipairs(waiting) do
+    local cap = shares[t].cap[kind]
+    if cap == nil or (kind_use[t] or 0) < cap then
+      open_t[#open_t + 1] = t
+      if (use[t] or 0) < workers * shares[t].w / total then under[t] = true; n_under = n_under + 1 end
+    end
+  end
+  if #open_t == 0 then return false end
+  if n_under == 0 then  -- rounding left none under (one worker, two tenants): those furthest below
+    local least = nil
+    for _, t in ipairs(open_t) do
+      local r = (use[t] or 0) / shares[t].w
+      if least == nil or r < least then least = r end
+    end
+    for _, t in ipairs(open_t) do
+      if (use[t] or 0) / shares[t].w == least then under[t] = true end
+    end
+  end
+  local found, score, tied = nil, nil, {}
+  for i = 1, #members, 2 do
+    if under[tenant_of(members[i])] then
+      if found == nil then found, score = members[i], members[i + 1]; tied[1] = found
+      elseif members[i + 1] == score then tied[#tied + 1] = members[i]
+      else break end
+    end
+  end
+  if #tied > 1 and z ~= fcfs then return first_in(tied) end
+  return found
+end
+local function choose()
+  local members = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+  if #members == 0 then return nil end
+  local bid = fair_pick(members)
+  if bid == false then
+    redis.call('SADD', K.held, queue)  -- woken when a worker of any stage is released (common.lua)
+    return nil
+  end
+  return bid
 end
 while true do
-  local bid = most_urgent()
+  local bid = choose()
   if bid == nil then return {requeued} end
   local l = queue_key(queue, QPART.pending .. bid)
   local entry = redis.call('LPOP', l)

@@ -1,0 +1,168 @@
+"""Fair shares under a flood (issue 32's target): tenant A runs a steady trainer workload while tenant B floods
+the farm with ten times its share, and the pool cannot grow.
+
+    python bench/tenants.py [--workers 4] [--duration-s 40] [--period-s 2] [--rounds 1] [--redis URL] [--json]
+
+One embedded farm (the `synthetic` pipeline, `--workers` fixed compile workers and no planner: the pool's cap
+binds throughout). Per round, three phases, each on a fresh namespace:
+
+- `alone`: A opens a batch of 6 requests of 0.5 s every `--period-s` for `--duration-s`;
+- `flood`: the same, while B (another tenant, equal share) has opened, before A starts, batches of slow
+  requests (2 s) worth ten times its share of the run, and waits on their results all the while (its trainer's
+  long polls); B's batches, opened first, have the earlier EBF keys;
+- `one-tenant`: the flood again with A's and B's batches both opened outside any tenant (one label: the
+  farm before fair shares, EBF alone), for comparison.
+
+Printed per phase: A's mean and p95 extra delay (C - T of each of its batches, T from the requests' own arrivals
+and service times), B's mean busy workers while A ran (sampled from the stage's busy hash) against its share of
+the workers; and the targets: A's mean extra delay within D (the delay knob) and within 1.5x of `alone` in the
+same round; B at least its share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from farm.app.embedded import EmbeddedFarm  # noqa: E402
+from farm.client.sync import RewardClient  # noqa: E402
+from farm.config import Settings  # noqa: E402
+from farm.knobs import Knobs  # noqa: E402
+from farm.protocol.keys import Keys, QueuePart  # noqa: E402
+
+QUEUE = "synthetic.compile"
+A_SIZE, A_SERVICE_S = 6, 0.5
+B_SERVICE_S, B_BATCH = 2.0, 20
+
+
+def extra_delay(results) -> float:
+    """C - T of one batch from its results: T the latest of each request's arrival plus its service times."""
+    earliest = max(r.stages[0].queued_at + sum(s.finished_at - s.started_at for s in r.stages) for r in results)
+    return max(max(r.finished_at for r in results) - earliest, 0.0)
+
+
+def a_trainer(client: RewardClient, prefix: str, period_s: float, duration_s: float, out: list[float]) -> None:
+    """A's steady workload: a batch every period, each waited on in its own thread (a pipelined trainer)."""
+    threads, start = [], time.monotonic()
+    n = 0
+    while time.monotonic() - start < duration_s:
+        batch = client.open_batch("bench-a", "synthetic", A_SIZE, f"{prefix}a{n}")
+        batch.submit_many([(f"r{i}", {"times": [A_SERVICE_S, 0]}) for i in range(A_SIZE)])
+        t = threading.Thread(target=lambda b=batch: out.append(extra_delay(b.gather(timeout=600))), daemon=True)
+        t.start()
+        threads.append(t)
+        n += 1
+        time.sleep(max(0.0, start + n * period_s - time.monotonic()))
+    for t in threads:
+        t.join(timeout=600)
+
+
+def b_flood(client: RewardClient, prefix: str, work_s: float, stop: threading.Event) -> list:
+    """B's flood: batches of slow requests worth `work_s` worker-seconds, opened at once; its trainer waits on them."""
+    batches = []
+    for n in range(max(1, round(work_s / (B_BATCH * B_SERVICE_S)))):
+        batch = client.open_batch("bench-b", "synthetic", B_BATCH, f"{prefix}b{n}")
+        batch.submit_many([(f"r{i}", {"times": [B_SERVICE_S, 0]}) for i in range(B_BATCH)])
+        batches.append(batch)
+
+    def wait(b):  # the trainer's long polls, until the phase ends
+        try:
+            for _ in b.as_completed(timeout=3600):
+                if stop.is_set():
+                    return
+        except Exception:  # noqa: BLE001 - cancelled at the end of the phase
+            pass
+    for b in batches:
+        threading.Thread(target=wait, args=(b,), daemon=True).start()
+    return batches
+
+
+def is_b(record: str) -> bool:
+    """A busy record's request is B's (its batch `<prefix><run>-b<n>`)."""
+    return json.loads(record)["batch"].rsplit("-", 1)[1].startswith("b")
+
+
+def phase(settings: Settings, name: str, args) -> dict:
+    run = f"{name}{uuid.uuid4().hex[:6]}"
+    a_prefix, b_prefix = (f"{run}-", f"{run}-") if name == "one-tenant" else (f"t1:{run}-", f"t2:{run}-")
+    delays: list[float] = []
+    samples: list[int] = []
+    stop = threading.Event()
+    with RewardClient(settings) as client:
+        keys, redis = Keys(settings.namespace), client.dispatch.redis
+        b_batches = []
+        if name != "alone":
+            share_s = args.workers / 2 * args.duration_s
+            b_batches = b_flood(client, b_prefix, 10 * share_s, stop)
+            time.sleep(1.0)  # B's flood holds every worker before A starts
+
+        def sample():
+            while not stop.is_set():
+                busy = redis.hvals(keys.queue(QUEUE, QueuePart.busy))
+                samples.append(sum(1 for rec in busy if is_b(rec)))
+                time.sleep(0.2)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        a_trainer(client, a_prefix, args.period_s, args.duration_s, delays)
+        stop.set()
+        sampler.join(timeout=5)
+        for b in b_batches:
+            try:
+                b.cancel()
+            except Exception:  # noqa: BLE001 - already over
+                pass
+    return {"phase": name, "a_batches": len(delays), "a_extra_delay_mean_s": statistics.fmean(delays),
+            "a_extra_delay_p95_s": sorted(delays)[max(0, int(0.95 * len(delays)) - 1)],
+            "b_busy_workers_mean": statistics.fmean(samples) if samples and b_batches else 0.0}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=4, help="the compile pool, fixed (the cap that binds)")
+    ap.add_argument("--duration-s", type=float, default=40.0, help="how long A's trainer runs per phase")
+    ap.add_argument("--period-s", type=float, default=2.0, help="A opens a batch this often")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--redis", default=None, help="a Redis URL (default: the embedded farm's own)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    delay_s = Knobs().delay_s
+    data_dir = tempfile.mkdtemp(prefix="bench-tenants-")
+    settings = Settings(data_dir=data_dir, namespace="bench-tenants", redis_url=args.redis or "")
+    rounds = []
+    with EmbeddedFarm(settings=settings, workers={QUEUE: args.workers, "synthetic.execute": 0}) as farm:
+        farm.wait_ready()
+        for r in range(args.rounds):
+            phases = {p["phase"]: p for p in (phase(farm.settings, name, args) for name in ("alone", "flood", "one-tenant"))}
+            alone, flood = phases["alone"]["a_extra_delay_mean_s"], phases["flood"]["a_extra_delay_mean_s"]
+            rounds.append({"round": r, "phases": phases, "ratio": flood / alone if alone > 0 else None,
+                           "within_d": flood <= delay_s, "ratio_ok": flood <= 1.5 * alone or flood <= 0.05,
+                           "b_share": args.workers / 2,
+                           "b_at_least_share": phases["flood"]["b_busy_workers_mean"] >= args.workers / 2 - 0.25})
+    report = {"workers": args.workers, "delay_s": delay_s, "rounds": rounds}
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    for rd in rounds:
+        print(f"round {rd['round']}: D {delay_s:g} s, {args.workers} workers (B's share {rd['b_share']:g})")
+        for p in rd["phases"].values():
+            print(f"  {p['phase']:<11} A: {p['a_batches']} batches, extra delay mean {p['a_extra_delay_mean_s']:.3f} s"
+                  f" p95 {p['a_extra_delay_p95_s']:.3f} s   B: {p['b_busy_workers_mean']:.2f} workers busy")
+        ratio = "-" if rd["ratio"] is None else f"{rd['ratio']:.2f}"
+        print(f"  flood/alone {ratio} (target <= 1.5)  within D: {rd['within_d']}  B >= its share: "
+              f"{rd['b_at_least_share']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
