@@ -64,6 +64,15 @@ def stage_by_queue(queue: str):
         raise UnknownPipeline(str(exc)) from exc
 
 
+def resource_of(queue: str) -> str | None:
+    """The resource kind (cpu, gpu, io) of the stage behind a queue; None for a pipeline this process cannot load
+    or a stage it does not have (the reports then say `unknown`)."""
+    try:
+        return stage_by_queue(queue)[1].resource
+    except (UnknownPipeline, KeyError, IndexError, ValueError):
+        return None
+
+
 def stage_timeout(queue: str, knobs: Knobs | None = None) -> float:
     """The effective timeout of the stage behind a queue (raises UnknownPipeline for a stage none has)."""
     return (knobs or Knobs()).timeout_of(stage_by_queue(queue)[1])
