@@ -77,6 +77,15 @@ def queues_of_kind(resource: str) -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
+def resource_of(queue: str) -> str | None:
+    """The resource kind (cpu, gpu, io) of the stage behind a queue; None for a pipeline this process cannot load
+    or a stage it does not have (the reports then say `unknown`)."""
+    try:
+        return stage_by_queue(queue)[1].resource
+    except (UnknownPipeline, KeyError, IndexError, ValueError):
+        return None
+
+
 def stage_timeout(queue: str, knobs: Knobs | None = None) -> float:
     """The effective timeout of the stage behind a queue (raises UnknownPipeline for a stage none has)."""
     return (knobs or Knobs()).timeout_of(stage_by_queue(queue)[1])

@@ -1,6 +1,7 @@
 """What an operator sees of the live farm, as plain data: each batch in flight (its progress, how late it is
-against D, how long its trainer has been silent against `abandon_after_s`, the stage it waits on) and each
-tenant's use. `farm status` and the gateway's farm page (`/ui`) show the same numbers from here.
+against D, how long its trainer has been silent against `abandon_after_s`, the stage it waits on), each
+tenant's use, and each tenant's fair share against the workers it holds. `farm status` and the gateway's farm
+page (`/ui`) show the same numbers from here; the metrics count busy workers per tenant with `busy_workers`.
 
 Pure functions of a `LiveState` and the knobs: no I/O.
 """
@@ -8,11 +9,13 @@ Pure functions of a `LiveState` and the knobs: no I/O.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from farm.knobs import Knobs
 from farm.protocol.live import LiveState, Progress
 from farm.protocol.scope import batch_tenant
+from farm.protocol.shares import DEFAULT, FairShare
 from farm.protocol.silence import silent
 
 
@@ -65,3 +68,38 @@ def tenant_use(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
         use["running"] += sum(r["running"].values())
         use["silent"] += int(r["silent"])
     return dict(sorted(out.items()))
+
+
+UNKNOWN_KIND = "unknown"  # a stage whose pipeline this process cannot load
+
+
+def busy_workers(running: Mapping[str, Iterable[str]],
+                 kind_of: Callable[[str], str | None]) -> dict[str, dict[str, int]]:
+    """Per tenant, the workers busy on its requests now by resource kind (what a cap bounds), from the batches
+    each stage's workers run (`running`: stage queue -> the batch of each busy worker)."""
+    out: dict[str, Counter] = {}
+    for q, batches in running.items():
+        kind = kind_of(q) or UNKNOWN_KIND
+        for b in batches:
+            out.setdefault(batch_tenant(b), Counter())[kind] += 1
+    return {t: dict(sorted(c.items())) for t, c in sorted(out.items())}
+
+
+def tenant_shares(live: LiveState, rows: list[dict[str, Any]], shares: Mapping[str, FairShare],
+                  kind_of: Callable[[str], str | None]) -> dict[str, dict[str, Any]]:
+    """Per tenant with a share published, a batch active or a worker busy: its share and caps as the pick reads
+    them (`shares`; the default for a tenant without an entry), the workers busy on its requests now per
+    resource kind, and how far its active batches run past their estimated completion so far (mean and max; the
+    extra delay of its completed batches is the history's: the metrics' farm_tenant_extra_delay_seconds)."""
+    busy = busy_workers({q: [r.batch for r in st.running] for q, st in live.stages.items()}, kind_of)
+    late: dict[str, list[float]] = {}
+    for r in rows:
+        late.setdefault(r["tenant"], []).append(r["extra_delay_s"])
+    out = {}
+    for t in sorted(set(shares) | set(busy) | set(late)):
+        share = shares.get(t, DEFAULT)
+        delays = late.get(t, [])
+        out[t] = {"share": share.share, "max_workers": dict(share.max_workers), "busy": busy.get(t, {}),
+                  "extra_delay_mean_s": round(sum(delays) / len(delays), 3) if delays else None,
+                  "extra_delay_max_s": max(delays) if delays else None}
+    return out

@@ -187,3 +187,14 @@ def depths(redis, settings: Settings, now: float | None = None) -> dict[str, Que
         alive = sum(1 for t in seen.values() if serving(float(t), now, settings))
         out[q] = QueueDepth(q, pending, int(running), alive)
     return out
+
+
+def running_batches(redis, namespace: str) -> dict[str, list[str]]:
+    """Per stage queue, the batch of each request a worker runs there now (its `busy` hash: worker -> the
+    `busy_record`), in one round trip after listing the queues: what the metrics count per tenant."""
+    k = Keys(namespace)
+    names = sorted(map(text, redis.smembers(k.queues)))
+    pipe = redis.pipeline(transaction=False)
+    for q in names:
+        pipe.hvals(k.queue(q, QueuePart.busy))
+    return {q: [json.loads(raw)["batch"] for raw in held] for q, held in zip(names, pipe.execute())}

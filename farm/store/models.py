@@ -169,6 +169,9 @@ class Tenant(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)  # an object the gateway reads (per-protocol batching)
     # an operator's token opens the farm page (`/ui`): every tenant's batches, the pools, costs and knobs
     operator: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    # its share of the stages' workers and caps per resource kind (farm.protocol.shares.FairShare.to_dict); `{}`:
+    # a share of 1 and no cap. What the pick reads is the copy published to Redis (farm.app.fair_shares)
+    fair_share: Mapped[dict[str, Any]] = mapped_column(JSON, server_default="{}")
 
     __table_args__ = (
         UniqueConstraint("name", name="uq_tenants_name"),

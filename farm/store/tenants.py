@@ -1,4 +1,5 @@
-"""The gateway's tenants: who may call, with which limits, and how their protocol calls become batches.
+"""The gateway's tenants: who may call, with which limits, how their protocol calls become batches, and their
+fair share of the farm's workers (farm.protocol.shares; the pick reads the copy farm.app.fair_shares publishes).
 
 A token is shown once, when it is made, and only its SHA-256 is kept: a token is 256 random bits, so there
 is no dictionary to try and a fast hash protects it as well as a slow one would (a slow one would only slow
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Mapping
 from sqlalchemy import Connection, Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from farm.protocol.shares import FairShare, ShareError
 from farm.store.models import Tenant as TenantRow
 
 _COLUMNS = TenantRow.__table__  # rows as plain Rows (attribute access by column), not ORM objects
@@ -75,6 +77,7 @@ class Tenant:
     limits: TenantLimits
     config: Mapping[str, Any] = field(default_factory=dict)
     operator: bool = False  # may open the farm page (`/ui`), which shows every tenant's batches
+    fair_share: FairShare = field(default_factory=FairShare)  # its share of a stage's workers, its caps per kind
 
     @property
     def active(self) -> bool:
@@ -93,7 +96,21 @@ def token_hash(token: str) -> str:
 
 def _tenant(row: Any) -> Tenant:
     return Tenant(row.id, row.name, row.token_prefix, row.created_at, row.revoked_at,
-                  TenantLimits.from_dict(row.limits or {}), MappingProxyType(dict(row.config or {})), bool(row.operator))
+                  TenantLimits.from_dict(row.limits or {}), MappingProxyType(dict(row.config or {})),
+                  bool(row.operator), _checked_share(row.fair_share or {}))
+
+
+def _checked_share(fair_share: FairShare | Mapping[str, Any] | None) -> FairShare:
+    """A FairShare, or one from its JSON form (`FairShare.to_dict`); a TenantError says what is wrong with it, so
+    callers catch one error for every setting of a tenant."""
+    if fair_share is None:
+        return FairShare()
+    if isinstance(fair_share, FairShare):
+        return fair_share
+    try:
+        return FairShare.from_dict(fair_share)
+    except ShareError as exc:
+        raise TenantError(str(exc)) from exc
 
 
 def _checked_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -123,14 +140,16 @@ def _row(conn: Connection, name: str) -> Row:
 
 
 def create_tenant(engine: Engine, name: str, *, limits: TenantLimits | None = None,
-                  config: Mapping[str, Any] | None = None, operator: bool = False, now: float) -> tuple[Tenant, str]:
+                  config: Mapping[str, Any] | None = None, operator: bool = False,
+                  fair_share: FairShare | Mapping[str, Any] | None = None, now: float) -> tuple[Tenant, str]:
     """A new tenant and its token, which is returned this once and never stored; an `operator` may open the
-    farm page."""
+    farm page. `fair_share`: its share and caps (a share of 1 and no cap by default)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise TenantError(f"a tenant name is 1-64 letters, digits or '_.-', not {name!r:.100}")
     token = new_token()
     values = dict(name=name, token_hash=token_hash(token), token_prefix=token[:8], created_at=now, revoked_at=None,
-                  limits=_checked_limits(limits).to_dict(), config=_checked_config(config), operator=bool(operator))
+                  limits=_checked_limits(limits).to_dict(), config=_checked_config(config), operator=bool(operator),
+                  fair_share=_checked_share(fair_share).to_dict())
     try:
         with engine.begin() as conn:
             conn.execute(insert(TenantRow).values(**values))
@@ -172,13 +191,16 @@ def revoked_among(engine: Engine, tenant_ids: Iterable[int]) -> set[int]:
 
 
 def update_tenant(engine: Engine, name: str, *, limits: TenantLimits | None = None,
-                  config: Mapping[str, Any] | None = None) -> Tenant:
-    """Changes what is given, nothing else."""
+                  config: Mapping[str, Any] | None = None,
+                  fair_share: FairShare | Mapping[str, Any] | None = None) -> Tenant:
+    """Changes what is given, nothing else (a fair share given is the whole of it: its share and all its caps)."""
     values: dict[str, Any] = {}
     if limits is not None:
         values["limits"] = _checked_limits(limits).to_dict()
     if config is not None:
         values["config"] = _checked_config(config)
+    if fair_share is not None:
+        values["fair_share"] = _checked_share(fair_share).to_dict()
     with engine.begin() as conn:
         row = _row(conn, name)
         if values:

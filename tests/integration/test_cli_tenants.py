@@ -1,5 +1,5 @@
 """`farm tenants` against PostgreSQL: a token printed once that authenticates, listings that never show
-one, and changes refused whole when anything in them is wrong."""
+one, changes refused whole when anything in them is wrong, and fair shares published to the farm's Redis."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ import json
 from dataclasses import fields
 
 import pytest
+import redis as redis_lib
 from click.testing import CliRunner
 
+from farm.app import fair_shares
 from farm.app.cli import main
 from farm.app.gateway.config import protocols
+from farm.protocol.shares import FairShare
 from farm.store import engine as store
 from farm.store.tenants import TenantLimits, authenticate, get_tenant
 
@@ -160,3 +163,67 @@ def test_create_operator_makes_a_token_that_opens_the_farm_page_and_list_says_so
     farm(env, "create", "acme")
     assert {t["name"]: t["operator"] for t in json.loads(farm(env, "list", "--json").output)} == {"ops": True,
                                                                                                "acme": False}
+
+
+def test_create_with_a_share_and_caps_stores_them(env, db):
+    result = farm(env, "create", "acme", "--share", "2.5", "--max-workers", "gpu=4", "--max-workers", "cpu=16")
+    assert result.exit_code == 0, result.output
+    assert get_tenant(db, "acme").fair_share == FairShare(2.5, {"gpu": 4, "cpu": 16})
+
+
+def test_set_changes_the_caps_named_keeps_the_others_and_kind_none_removes_one(env, db):
+    farm(env, "create", "acme", "--share", "2", "--max-workers", "gpu=4", "--max-workers", "cpu=16")
+    result = farm(env, "set", "acme", "--max-workers", "gpu=none", "--max-workers", "io=3")
+    assert result.exit_code == 0, result.output
+    assert get_tenant(db, "acme").fair_share == FairShare(2.0, {"cpu": 16, "io": 3})
+    assert "share 2, max workers cpu=16 io=3" in result.output
+
+
+def test_set_share_alone_keeps_the_caps_and_the_limits(env, db):
+    farm(env, "create", "acme", "--open-batches", "5", "--max-workers", "gpu=4")
+    assert farm(env, "set", "acme", "--share", "3").exit_code == 0
+    tenant = get_tenant(db, "acme")
+    assert tenant.fair_share == FairShare(3.0, {"gpu": 4}) and tenant.limits.open_batches == 5
+
+
+@pytest.mark.parametrize("args,needle", [(["--share", "0"], "share must be a number > 0"),
+                                         (["--max-workers", "gpu"], "KIND=N"),
+                                         (["--max-workers", "gpu=0"], "must be a whole number >= 1"),
+                                         (["--max-workers", "tpu=2"], "unknown resource kind 'tpu'"),
+                                         (["--max-workers", "tpu=none"], "unknown resource kind 'tpu'")])
+def test_a_bad_share_or_cap_is_refused_with_its_reason_and_nothing_changes(env, db, args, needle):
+    farm(env, "create", "acme", "--share", "2")
+    result = farm(env, "set", "acme", "--open-batches", "9", *args)
+    assert result.exit_code == 1 and needle in result.output
+    tenant = get_tenant(db, "acme")
+    assert tenant.fair_share == FairShare(2.0) and tenant.limits.open_batches == 64
+
+
+def test_list_shows_each_tenants_share_and_caps(env):
+    farm(env, "create", "acme", "--share", "2.5", "--max-workers", "gpu=4")
+    table = farm({**env, "COLUMNS": "250"}, "list")
+    assert table.exit_code == 0 and "2.5" in table.output and "gpu=4" in table.output
+    assert json.loads(farm(env, "list", "--json").output)[0]["fair_share"] == {"share": 2.5,
+                                                                             "max_workers": {"gpu": 4}}
+
+
+def test_create_set_and_revoke_publish_the_shares_to_the_farms_redis(env, settings):
+    redis = redis_lib.Redis.from_url(settings.redis_url, decode_responses=True)
+    env = {**env, "FARM_NAMESPACE": settings.namespace, "FARM_REDIS_URL": settings.redis_url}
+    try:
+        acme = json.loads(farm(env, "create", "acme", "--share", "2", "--json").output)["id"]
+        other = json.loads(farm(env, "create", "other", "--json").output)["id"]
+        assert fair_shares.read(redis, settings.namespace) == {f"t{acme}": FairShare(2.0), f"t{other}": FairShare()}
+        assert farm(env, "set", "other", "--max-workers", "gpu=1").exit_code == 0
+        assert fair_shares.read(redis, settings.namespace)[f"t{other}"] == FairShare(1.0, {"gpu": 1})
+        assert farm(env, "revoke", "acme").exit_code == 0
+        assert list(fair_shares.read(redis, settings.namespace)) == [f"t{other}"]
+    finally:
+        redis.close()
+
+
+def test_a_share_set_without_the_farms_redis_says_when_the_planner_publishes_it(env, db):
+    farm(env, "create", "acme")
+    result = CliRunner().invoke(main, ["tenants", "set", "acme", "--share", "2"], env={**env, "FARM_REDIS_URL": ""})
+    assert result.exit_code == 0 and "the planner publishes fair shares to the farm within 30 s" in result.output
+    assert get_tenant(db, "acme").fair_share == FairShare(2.0)

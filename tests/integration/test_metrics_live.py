@@ -1,5 +1,6 @@
 """The live half of the metrics (farm.app.metrics.live) read from a real Redis: what waits and runs, the
-active batches, lease recoveries, the planner's decisions and heartbeat, and a Redis that is gone."""
+active batches, each tenant's fair share and busy workers, lease recoveries, the planner's decisions and
+heartbeat, a Redis that is gone, and each tenant's recent extra delay from the history store."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 import redis as redis_lib
 from prometheus_client import CollectorRegistry
 
+from farm.app import fair_shares
 from farm.app.metrics.live import LiveCollector
 from farm.protocol import counters
 from farm.protocol.dispatch import Dispatch
+from farm.protocol.shares import FairShare
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -128,3 +131,55 @@ def test_the_redis_memory_and_its_bound_are_read_as_redis_reports_them(settings,
     assert scrape("farm_redis_memory_used_bytes") > 0
     assert scrape("farm_redis_memory_max_bytes") == info["maxmemory"]
     assert scrape("farm_redis_maxmemory_policy", {"policy": info["maxmemory_policy"]}) == 1
+
+
+def test_each_tenant_shows_its_share_its_caps_and_its_busy_workers_per_kind(settings, reward_client, scrape):
+    client = redis_lib.Redis.from_url(settings.redis_url, decode_responses=True)
+    fair_shares.publish(client, settings.namespace, [_Tenant(3, FairShare(2.0, {"cpu": 4}))])
+    client.close()
+    batch = reward_client.open_batch("t3.task", "synthetic", 2, "t3:b")
+    batch.submit("r0", {"times": [1, 0]})
+    Dispatch(settings).pick(COMPILE, "w", "ebf", "tok")
+    assert scrape("farm_tenant_share", {"tenant": "t3"}) == 2.0
+    assert scrape("farm_tenant_max_workers", {"tenant": "t3", "resource": "cpu"}) == 4
+    assert scrape("farm_tenant_max_workers", {"tenant": "t3", "resource": "gpu"}) is None
+    assert scrape("farm_tenant_busy_workers", {"tenant": "t3", "resource": "cpu"}) == 1
+    assert scrape("farm_tenant_busy_workers", {"tenant": "t3", "resource": "gpu"}) == 0
+
+
+def test_a_busy_tenant_without_a_published_share_shows_the_default(settings, reward_client, scrape):
+    reward_client.open_batch("task", "synthetic", 1, "direct").submit("r0", {"times": [1, 0]})
+    Dispatch(settings).pick(COMPILE, "w", "ebf", "tok")
+    assert scrape("farm_tenant_share", {"tenant": "-"}) == 1.0
+    assert scrape("farm_tenant_busy_workers", {"tenant": "-", "resource": "cpu"}) == 1
+
+
+def test_each_tenants_extra_delay_is_the_mean_over_its_recently_completed_batches(settings, engine):
+    from sqlalchemy import insert
+
+    from farm.app.metrics.live import DELAY_WINDOW_S
+    from farm.store.models import Batch, Task
+
+    now = time.time()
+    with engine.begin() as conn:
+        conn.execute(insert(Task), [{"name": "t1.x", "pipeline": "synthetic", "created_at": 0.0}])
+        conn.execute(insert(Batch), [
+            {"id": "t1:a", "task": "t1.x", "completed_at": now - 10, "extra_delay_s": 1.0},
+            {"id": "t1:b", "task": "t1.x", "completed_at": now - 20, "extra_delay_s": 3.0},
+            {"id": "t1:old", "task": "t1.x", "completed_at": now - DELAY_WINDOW_S - 60, "extra_delay_s": 100.0},
+        ])
+    client = redis_lib.Redis.from_url(settings.redis_url, decode_responses=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LiveCollector(settings, engine, client, clock=lambda: now))
+    try:
+        assert registry.get_sample_value("farm_tenant_extra_delay_seconds", {"tenant": "t1"}) == 2.0
+        assert registry.get_sample_value("farm_tenant_completed_batches", {"tenant": "t1"}) == 2
+    finally:
+        client.close()
+
+
+class _Tenant:
+    """What publishing reads of a tenant (farm.store.tenants.Tenant), without a store."""
+
+    def __init__(self, tenant_id: int, fair_share: FairShare) -> None:
+        self.id, self.fair_share, self.active = tenant_id, fair_share, True

@@ -132,3 +132,22 @@ def test_0002_lets_ids_and_groups_grow_past_200_characters_and_back_keeping_the_
     finally:
         engine.dispose()
     assert (request_id, group) == ("r" * 200, long[:200])
+
+
+def test_0007_gives_existing_tenants_a_share_of_one_and_no_cap(postgres_url):
+    from farm.protocol.shares import FairShare
+    from farm.store.tenants import get_tenant
+
+    store.upgrade(postgres_url, "0006")
+    engine = store.make_engine(postgres_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO tenants (name, token_hash, token_prefix, created_at, limits, config) "
+                              "VALUES ('acme', 'h', 'rf_x', 1.0, '{}', '{}')"))
+        store.upgrade(postgres_url)
+        assert get_tenant(engine, "acme").fair_share == FairShare()
+        store.downgrade(postgres_url, "0006")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT name FROM tenants")).scalar_one() == "acme"
+    finally:
+        engine.dispose()

@@ -1,5 +1,5 @@
 """Tenants in the history store (real PostgreSQL): tokens shown once and kept only as hashes, revocation,
-rotation, and limits and config that change only where asked."""
+rotation, and limits, config and fair shares that change only where asked."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 import pytest
 from sqlalchemy import text
 
+from farm.protocol.shares import FairShare
 from farm.store import engine as store
 from farm.store.tenants import (
     TenantError,
@@ -161,3 +162,39 @@ def test_tenants_work_the_same_on_the_embedded_sqlite_store(tmp_path):
         assert authenticate(engine, token) is None
     finally:
         engine.dispose()
+
+
+def test_a_fair_share_round_trips_through_the_store(engine):
+    share = FairShare(2.5, {"gpu": 4, "cpu": 16})
+    create_tenant(engine, "acme", fair_share=share, now=1.0)
+    assert get_tenant(engine, "acme").fair_share == share
+
+
+def test_a_tenant_made_without_a_fair_share_has_a_share_of_one_and_no_cap(engine):
+    tenant, _ = create_tenant(engine, "acme", now=1.0)
+    assert tenant.fair_share == FairShare() and tenant.fair_share.cap("gpu") is None
+
+
+def test_a_fair_share_update_leaves_limits_and_config_and_theirs_leave_it(engine):
+    create_tenant(engine, "acme", limits=TenantLimits(open_batches=3), config={"x": 1}, now=1.0)
+    changed = update_tenant(engine, "acme", fair_share=FairShare(3.0, {"gpu": 2}))
+    assert changed.limits == TenantLimits(open_batches=3) and changed.config == {"x": 1}
+    changed = update_tenant(engine, "acme", limits=TenantLimits(open_batches=5))
+    assert changed.fair_share == FairShare(3.0, {"gpu": 2})
+
+
+def test_a_fair_share_may_be_given_in_its_json_form(engine):
+    create_tenant(engine, "acme", fair_share={"share": 2, "max_workers": {"io": 1}}, now=1.0)
+    assert get_tenant(engine, "acme").fair_share == FairShare(2.0, {"io": 1})
+
+
+@pytest.mark.parametrize("fair_share,message", [({"share": 0}, "share must be a number > 0"),
+                                                ({"max_workers": {"tpu": 1}}, "unknown resource kind 'tpu'"),
+                                                ({"weight": 2}, "unknown fair-share settings")])
+def test_a_bad_fair_share_is_a_tenant_error_with_its_message_and_nothing_changes(engine, fair_share, message):
+    create_tenant(engine, "acme", fair_share=FairShare(2.0), now=1.0)
+    with pytest.raises(TenantError, match=message):
+        update_tenant(engine, "acme", fair_share=fair_share)
+    with pytest.raises(TenantError, match=message):
+        create_tenant(engine, "other", fair_share=fair_share, now=1.0)
+    assert [(t.name, t.fair_share) for t in list_tenants(engine)] == [("acme", FairShare(2.0))]

@@ -1,9 +1,17 @@
 """The operator's view of the live farm (farm.app.overview): late batches first, silent trainers, where each
-batch waits, and each tenant's use, from a live state built by hand."""
+batch waits, each tenant's use and its fair share against the workers it holds, from a live state built by
+hand."""
 
-from farm.app.overview import batch_rows, tenant_use
+from farm.app.overview import batch_rows, busy_workers, tenant_shares, tenant_use
 from farm.knobs import Knobs
-from farm.protocol.live import LiveState, PendingRequest, Progress, QueueState, RunningRequest
+from farm.protocol.live import (
+    LiveState,
+    PendingRequest,
+    Progress,
+    QueueState,
+    RunningRequest,
+)
+from farm.protocol.shares import FairShare
 
 NOW = 1000.0
 
@@ -52,3 +60,27 @@ def test_each_tenant_counts_its_batches_and_requests_and_direct_batches_are_thei
         "-": {"batches": 1, "outstanding": 1, "queued": 0, "running": 0, "silent": 0},
         "t1": {"batches": 2, "outstanding": 3, "queued": 2, "running": 0, "silent": 0},
     }
+
+
+KINDS = {"synthetic.compile": "cpu", "synthetic.execute": "gpu"}
+
+
+def test_busy_workers_are_counted_per_tenant_and_resource_kind_of_their_stage():
+    running = {"synthetic.compile": ["t1:a", "t1:b", "t2:a"], "synthetic.execute": ["t1:a"], "lost.stage": ["x"]}
+    assert busy_workers(running, KINDS.get) == {"-": {"unknown": 1}, "t1": {"cpu": 2, "gpu": 1}, "t2": {"cpu": 1}}
+
+
+def test_each_tenant_shows_its_share_caps_busy_workers_and_how_late_its_active_batches_run():
+    running = [RunningRequest("r0", "t1:a", NOW, "w0"), RunningRequest("r1", "t1:b", NOW, "w1")]
+    state = live(batch("t1:a", key=NOW - 4), batch("t1:b", key=NOW - 2), running=running)
+    shown = tenant_shares(state, batch_rows(state, Knobs()), {"t1": FairShare(2.0, {"cpu": 2})}, KINDS.get)
+    assert shown == {"t1": {"share": 2.0, "max_workers": {"cpu": 2}, "busy": {"cpu": 2},
+                            "extra_delay_mean_s": 3.0, "extra_delay_max_s": 4.0}}
+
+
+def test_a_tenant_with_a_share_and_no_work_is_shown_idle_and_one_without_a_share_has_the_default():
+    state = live(batch("t2:a", key=NOW + 5))
+    shown = tenant_shares(state, batch_rows(state, Knobs()), {"t1": FairShare(3.0)}, KINDS.get)
+    assert shown["t1"] == {"share": 3.0, "max_workers": {}, "busy": {}, "extra_delay_mean_s": None,
+                           "extra_delay_max_s": None}
+    assert (shown["t2"]["share"], shown["t2"]["extra_delay_mean_s"]) == (1.0, 0.0)

@@ -1,4 +1,5 @@
-"""`farm planner`: the daemon that sizes the stage pools at every decision epoch and sets EBF keys."""
+"""`farm planner`: the daemon that sizes the stage pools at every decision epoch and sets EBF keys. Its process
+also keeps the tenants' fair shares published to Redis (farm.app.fair_shares), where the pick reads them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 
 import click
 
+from farm.app import fair_shares
 from farm.config import from_env
 from farm.protocol import heartbeat
 from farm.store.engine import StoreError
@@ -63,12 +65,19 @@ def planner(backend: str, pipelines: tuple[str, ...], startup_s: float | None, i
                               backend_options=options)
     except (StoreError, ValueError, BackendError) as exc:
         raise click.ClickException(str(exc)) from exc
+    stop_publishing, publisher = None, None
     try:
         if retire_all:
             _retire_all(built, retire_wait_s)
         else:
+            stop_publishing, publisher = fair_shares.start_publishing(built.engine, built.redis,
+                                                                      built.settings.namespace)
             service.run(built, once=once)
     finally:
+        if stop_publishing is not None:
+            stop_publishing.set()
+        if publisher is not None:
+            publisher.join(5)  # before the store and Redis it uses are closed
         built.close()
 
 

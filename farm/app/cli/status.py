@@ -1,6 +1,7 @@
 """`farm status`: per stage queued / running / workers (starting, pending, per node) and the start-up its
 workers take, per active batch progress n/B, estimated T and how long its trainer has been silent (against
-abandon_after_s), per tenant its use now; the cluster's capacity per resource kind and each stage it holds
+abandon_after_s), per tenant its use now and its fair share (share, caps, workers busy on it per resource kind,
+how late its active batches run); the cluster's capacity per resource kind and each stage it holds
 below what it wants (by how much, and the extra delay the planner now expects against D). Start-ups come from
 the planner daemon's heartbeat (it reads them from the
 worker lives in the store): with no daemon running there is none to show. Below: what waits for the
@@ -17,8 +18,10 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from farm import registry
+from farm.app import fair_shares
 from farm.app.cli.common import require_redis, settings_options
-from farm.app.overview import batch_rows, tenant_use
+from farm.app.overview import batch_rows, tenant_shares, tenant_use
 from farm.protocol import counters, heartbeat
 from farm.protocol.heartbeat import Heartbeat, Pool
 from farm.protocol.keys import Keys
@@ -37,8 +40,10 @@ def history_report(stream, counted) -> dict:
     }
 
 
-def status_report(live, knobs, planner: Heartbeat | None = None, history: dict | None = None) -> dict:
-    """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any."""
+def status_report(live, knobs, planner: Heartbeat | None = None, history: dict | None = None,
+                  shares: dict | None = None) -> dict:
+    """The live state as plain data (also what --json prints); `planner` is the daemon's heartbeat, if any;
+    `shares` the tenants' fair shares in force (farm.app.fair_shares.read)."""
     rows = batch_rows(live, knobs)  # late ones first, with the silence of their trainers
     startups = planner.startups if planner else {}
     pools = planner.pools if planner else {}
@@ -75,6 +80,8 @@ def status_report(live, knobs, planner: Heartbeat | None = None, history: dict |
         "abandon_after_s": knobs.abandon_after(),
         "batches": rows,
         "tenants": tenant_use(rows),  # per tenant ('-': batches opened directly on the farm), its use now
+        # per tenant, its share and caps against the workers busy on it per resource kind, and how late it runs
+        "fair_shares": tenant_shares(live, rows, shares or {}, registry.resource_of),
     }
 
 
@@ -100,11 +107,12 @@ def status(settings, as_json):
         knobs = knobs_now(client, Keys(settings.namespace))
         planner = heartbeat.read(client, settings.namespace)
         history = history_report(stream_health(client, settings.namespace), counters.read(client, settings.namespace))
+        shares = fair_shares.read(client, settings.namespace)
     except redis.ConnectionError as exc:
         raise click.ClickException(f"cannot reach the farm's Redis at {settings.redis_url}: {exc}") from exc
     finally:
         client.close()
-    report = status_report(live, knobs, planner, history)
+    report = status_report(live, knobs, planner, history, shares)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -135,6 +143,7 @@ def status(settings, as_json):
                       + ", ".join(f"{q} {n}" for q, n in pending.items()))
     _print_capacity(console, report)
     _print_batches(console, report)
+    _print_shares(console, report)
     _print_history(console, report["history"], report["now"])
 
 
@@ -158,6 +167,37 @@ def _print_batches(console: Console, report: dict) -> None:
         for name, use in report["tenants"].items():
             tenants.add_row(name, *(str(use[k]) for k in ("batches", "outstanding", "queued", "running", "silent")))
         console.print(tenants)
+
+
+def busy_cell(busy: dict, caps: dict) -> str:
+    """Workers busy on a tenant per resource kind, each against its cap where it has one ("gpu 4 of 4 AT CAP")."""
+    cells = []
+    for kind in sorted(set(busy) | set(caps)):
+        n, cap = busy.get(kind, 0), caps.get(kind)
+        if cap is None:
+            cells.append(f"{kind} {n}")
+        else:
+            cells.append(f"{kind} {n} of {cap}" + (" [bold yellow]AT CAP[/]" if n >= cap else ""))
+    return ", ".join(cells) or "-"
+
+
+def _late_cell(row: dict) -> str:
+    if row["extra_delay_mean_s"] is None:
+        return "-"
+    return f"{row['extra_delay_mean_s']:.1f} / {row['extra_delay_max_s']:.1f} s"
+
+
+def _print_shares(console: Console, report: dict) -> None:
+    """Each tenant's fair share, its workers busy now (against its caps) and how late its active batches run."""
+    rows = report["fair_shares"]
+    if not rows:
+        return
+    # its active batches' extra delay so far (past their estimated completion); completed ones: the metrics
+    table = Table("tenant", "share", "busy workers (of cap)", "extra delay now mean / max",
+                  title="fair shares (farm tenants set NAME --share W)")
+    for t, r in rows.items():
+        table.add_row(t, f"{r['share']:g}", busy_cell(r["busy"], r["max_workers"]), _late_cell(r))
+    console.print(table)
 
 
 def capacity_lines(report: dict) -> list[str]:

@@ -1,5 +1,6 @@
-"""`farm tenants`: who may call the gateway. A token is printed once, when it is made; the store keeps
-only its hash."""
+"""`farm tenants`: who may call the gateway, and its fair share of the farm's workers. A token is printed once,
+when it is made; the store keeps only its hash. A change of fair shares is published to the farm's Redis at once
+when it is named (--redis-url, FARM_REDIS_URL), else by the planner's process within `fair_shares.EVERY_S`."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import redis as redis_lib
 from rich.console import Console
 from rich.table import Table
 
-from farm.app import redis_users, tenant_batches
+from farm.app import fair_shares, redis_users, tenant_batches
 from farm.app.cli.db import database_option, open_engine
 from farm.app.gateway.config import protocols, with_replay
 from farm.config import from_env
 from farm.errors import InvalidInput
+from farm.pipeline import RESOURCES
+from farm.protocol.shares import FairShare, ShareError, parse_max_workers
 from farm.store.engine import StoreError
 from farm.store.tenants import (
     Tenant,
@@ -36,7 +39,8 @@ from farm.store.tenants import (
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 redis_option = click.option("--redis-url", envvar="FARM_REDIS_URL", default=None,
-                            help="The farm's Redis, for tenants' Redis users (default: FARM_REDIS_URL).")
+                            help="The farm's Redis, for tenants' Redis users and their fair shares (which "
+                                 "the pick reads) (default: FARM_REDIS_URL).")
 
 
 def _redis(redis_url: str | None):
@@ -76,6 +80,54 @@ def limit_options(fn):
                         help='Protocol settings, e.g. \'{"openrlhf": {"batch_size": 512, "pipeline": "math"}}\'.')(fn)
 
 
+def share_options(fn):
+    fn = click.option("--max-workers", "max_workers", multiple=True, metavar="KIND=N",
+                      help=f"Most workers of a resource kind ({', '.join(RESOURCES)}) its requests hold at once, "
+                           "e.g. gpu=4 (repeatable); KIND=none removes that cap. Caps not named stay as they are. "
+                           "Default: no cap.")(fn)
+    return click.option("--share", type=float, default=None, metavar="W",
+                        help="Its weight when a stage's workers are divided between the tenants with work waiting "
+                             "there (default 1: equal shares; 2 gets twice a tenant of 1).")(fn)
+
+
+def _fair_share(base: FairShare, share: float | None, max_workers: tuple[str, ...]) -> FairShare | None:
+    """`base` with `--share` and `--max-workers` applied in the order given; None when neither is given."""
+    if share is None and not max_workers:
+        return None
+    caps = dict(base.max_workers)
+    for item in max_workers:
+        kind, _, n = item.partition("=")
+        if n.strip().lower() == "none":
+            if kind.strip() not in RESOURCES:
+                raise ShareError(f"--max-workers: unknown resource kind {kind.strip()!r:.40}; known: "
+                                 f"{', '.join(RESOURCES)}")
+            caps.pop(kind.strip(), None)
+        else:
+            caps.update(parse_max_workers([item]))
+    return FairShare(base.share if share is None else share, caps)
+
+
+def _caps(fair_share: FairShare) -> str:
+    return " ".join(f"{kind}={n}" for kind, n in fair_share.max_workers.items()) or "-"
+
+
+def _publish(redis_url: str | None, engine, *, changed: bool) -> None:
+    """Publish every tenant's fair share to the farm's Redis, where the pick reads them. Without Redis named, or
+    with it down, the planner's process publishes them within fair_shares.EVERY_S (said when a share `changed`)."""
+    later = f"the planner publishes fair shares to the farm within {fair_shares.EVERY_S:g} s"
+    if not redis_url:
+        if changed:
+            click.echo(f"no Redis named (--redis-url, FARM_REDIS_URL): {later}", err=True)
+        return
+    client = _redis(redis_url)
+    try:
+        fair_shares.publish_from_store(engine, client, from_env().namespace)
+    except redis_lib.RedisError as exc:
+        click.echo(f"the fair shares could not be published to the farm's Redis ({exc}): {later}", err=True)
+    finally:
+        client.close()
+
+
 def _limits(base: TenantLimits, given: dict[str, int | None]) -> TenantLimits | None:
     """`base` with the limits given on the command line; None when none was."""
     given = {name: value for name, value in given.items() if value is not None}
@@ -110,7 +162,8 @@ def _config(config_json: str | None, replay: bool | None = None, stored: Any = N
 
 def _row(t: Tenant) -> dict[str, Any]:
     return {"id": t.id, "name": t.name, "token_prefix": t.token_prefix, "created_at": t.created_at,
-            "revoked_at": t.revoked_at, "limits": t.limits.to_dict(), "config": dict(t.config), "operator": t.operator}
+            "revoked_at": t.revoked_at, "limits": t.limits.to_dict(), "config": dict(t.config), "operator": t.operator,
+            "fair_share": t.fair_share.to_dict()}
 
 
 def _when(t: float | None) -> str:
@@ -125,7 +178,7 @@ def _token(tenant: Tenant, token: str, what: str) -> None:
 def _run(action, *args, **kwargs):
     try:
         return action(*args, **kwargs)
-    except (TenantError, StoreError) as exc:
+    except (TenantError, ShareError, StoreError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -138,20 +191,25 @@ def tenants() -> None:
 @click.argument("name")
 @database_option
 @limit_options
+@share_options
 @click.option("--redis-user", is_flag=True,
               help="Also a Redis user for a direct (Redis) client, confined to the tenant's own batches.")
 @redis_option
 @click.option("--operator", is_flag=True, help="An operator: its token opens the gateway's farm page (/ui), which shows "
               "every tenant's batches, the pools, costs and knobs.")
 @json_option
-def create(name, database_url, replay, config_json, redis_user, redis_url, operator, as_json, **limit_values) -> None:
+def create(name, database_url, replay, config_json, share, max_workers, redis_user, redis_url, operator, as_json,
+           **limit_values) -> None:
     """A new tenant and its API token."""
     limits = _run(_limits, TenantLimits(), _given(limit_values))
     config = _config(config_json, replay)
+    fair_share = _run(_fair_share, FairShare(), share, max_workers)
     if redis_user and not redis_url:
         raise click.UsageError("--redis-user needs the farm's Redis: --redis-url or FARM_REDIS_URL")
-    tenant, token = _run(create_tenant, open_engine(database_url), name, limits=limits, config=config,
-                         operator=operator, now=time.time())
+    engine = open_engine(database_url)
+    tenant, token = _run(create_tenant, engine, name, limits=limits, config=config, operator=operator,
+                         fair_share=fair_share, now=time.time())
+    _publish(redis_url, engine, changed=fair_share is not None)
     direct = _grant(redis_url, tenant, token) if redis_user else None
     if as_json:
         click.echo(json.dumps({"id": tenant.id, "name": tenant.name, "token": token, "direct_client": direct,
@@ -170,19 +228,20 @@ def create(name, database_url, replay, config_json, redis_user, redis_url, opera
 @database_option
 @json_option
 def list_(database_url, as_json) -> None:
-    """Every tenant (tokens are never shown)."""
+    """Every tenant, with its limits, fair share and caps (tokens are never shown)."""
     found = _run(list_tenants, open_engine(database_url))
     if as_json:
         click.echo(json.dumps([_row(t) for t in found], indent=2))
         return
     table = Table(title="tenants", show_header=True)
-    for column in ("id", "name", "token", "created", "revoked", *(f.name.replace("_", " ") for f in _LIMITS), "config",
-                   "operator"):
+    for column in ("id", "name", "token", "created", "revoked", *(f.name.replace("_", " ") for f in _LIMITS),
+                   "share", "max workers", "config", "operator"):
         table.add_column(column)
     for t in found:
         table.add_row(str(t.id), t.name, f"{t.token_prefix}...", _when(t.created_at), _when(t.revoked_at),
-                      *(str(getattr(t.limits, f.name)) for f in _LIMITS),
-                      json.dumps(dict(t.config)) if t.config else "-", "yes" if t.operator else "-")
+                      *(str(getattr(t.limits, f.name)) for f in _LIMITS), f"{t.fair_share.share:g}",
+                      _caps(t.fair_share), json.dumps(dict(t.config)) if t.config else "-",
+                      "yes" if t.operator else "-")
     Console().print(table)
 
 
@@ -190,21 +249,30 @@ def list_(database_url, as_json) -> None:
 @click.argument("name")
 @database_option
 @limit_options
+@share_options
+@redis_option
 @json_option
-def set_(name, database_url, replay, config_json, as_json, **limit_values) -> None:
-    """Change a tenant's limits or config (only what is given)."""
+def set_(name, database_url, replay, config_json, share, max_workers, redis_url, as_json, **limit_values) -> None:
+    """Change a tenant's limits, config or fair share (only what is given; caps not named stay)."""
     given = _given(limit_values)
-    if config_json is None and replay is None and all(value is None for value in given.values()):
+    if (config_json is None and replay is None and share is None and not max_workers
+            and all(value is None for value in given.values())):
         options = ", ".join(f"--{f.name.replace('_', '-')}" for f in _LIMITS)
-        raise click.UsageError(f"nothing to set: give {options}, --config or --[no-]replay-identical")
+        raise click.UsageError(f"nothing to set: give {options}, --share, --max-workers, --config or "
+                               "--[no-]replay-identical")
     _config(config_json)  # checked before anything is read or written
+    _run(_fair_share, FairShare(), share, max_workers)
     engine = open_engine(database_url)
-    config = _config(config_json, replay, _run(get_tenant, engine, name).config if replay is not None else None)
-    # the limits not given keep their stored values (an operator's command: no concurrent writer to race)
-    limits = _run(_limits, _run(get_tenant, engine, name).limits, given)
-    tenant = _run(update_tenant, engine, name, limits=limits, config=config)
+    stored = _run(get_tenant, engine, name)
+    config = _config(config_json, replay, stored.config if replay is not None else None)
+    # what is not given keeps its stored value (an operator's command: no concurrent writer to race)
+    limits = _run(_limits, stored.limits, given)
+    fair_share = _run(_fair_share, stored.fair_share, share, max_workers)
+    tenant = _run(update_tenant, engine, name, limits=limits, config=config, fair_share=fair_share)
+    _publish(redis_url, engine, changed=fair_share is not None)
     click.echo(json.dumps(_row(tenant)) if as_json else f"tenant {name!r}: limits {tenant.limits.to_dict()}, "
-               f"config {json.dumps(dict(tenant.config))}")
+               f"config {json.dumps(dict(tenant.config))}, share {tenant.fair_share.share:g}, "
+               f"max workers {_caps(tenant.fair_share)}")
 
 
 @tenants.command("revoke")
@@ -218,12 +286,14 @@ def revoke(name, database_url, redis_url, cancel) -> None:
     cache), and its Redis user goes; `--cancel`: its open batches too."""
     if cancel and not redis_url:
         raise click.UsageError("--cancel needs the farm's Redis: --redis-url or FARM_REDIS_URL")
-    tenant = _run(revoke_tenant, open_engine(database_url), name, now=time.time())
+    engine = open_engine(database_url)
+    tenant = _run(revoke_tenant, engine, name, now=time.time())
     click.echo(f"tenant {name!r} revoked at {_when(tenant.revoked_at)}")
     if not redis_url:
         click.echo("no Redis named (--redis-url, FARM_REDIS_URL): a Redis user of this tenant, if it has one, is "
                    "still there; run this again with the farm's Redis to delete it", err=True)
         return
+    _publish(redis_url, engine, changed=True)  # its share leaves the pick's table
     if redis_users.withdraw(_redis(redis_url), from_env().namespace, tenant.id):
         click.echo("its Redis user is deleted, and its connections closed")
     if cancel:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import redis as redis_lib
 
+from farm.app import fair_shares
 from farm.app.cli.status import status_report
 from farm.app.cost import tenant_cost
 from farm.config import Settings, redis_url
@@ -94,7 +95,8 @@ class FarmView:
         now = time.time()
         knobs = knobs_now(self.redis, self.keys)
         live = inspect(self.redis, self.settings, now=now, knobs=knobs)
-        report = status_report(live, knobs, heartbeat.read(self.redis, self.settings.namespace))
+        report = status_report(live, knobs, heartbeat.read(self.redis, self.settings.namespace),
+                               shares=fair_shares.read(self.redis, self.settings.namespace))
         report["batch_count"] = len(report["batches"])
         report["batches"] = report["batches"][:MAX_BATCHES]
         report["knobs"] = knobs.to_dict()

@@ -8,7 +8,6 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from farm import registry
-from farm.pipeline import UnknownPipeline
 
 UNKNOWN = "unknown"
 
@@ -22,10 +21,7 @@ def split_queue(queue: str) -> tuple[str, str]:
 @lru_cache(maxsize=1024)
 def resource_of(queue: str) -> str:
     """The stage's resource kind (cpu, gpu, io), `unknown` for a pipeline this process cannot load."""
-    try:
-        return registry.stage_by_queue(queue)[1].resource
-    except (UnknownPipeline, KeyError, IndexError, ValueError):
-        return UNKNOWN
+    return registry.resource_of(queue) or UNKNOWN
 
 
 class BatchLabels:

@@ -1,5 +1,6 @@
 """Metrics of the live farm, read at every scrape: queues, workers, active batches, the planner, the
-history stream and the allocated worker-seconds. A source that cannot be read is reported down
+history stream, each tenant's fair share against its busy workers and its recent extra delay, and the allocated
+worker-seconds. A source that cannot be read is reported down
 (`farm_redis_up`, `farm_history_store_up`) and its metrics left out: a scrape never fails for it."""
 
 from __future__ import annotations
@@ -18,20 +19,26 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from farm.app import redis_memory
+from farm.app import fair_shares, redis_memory
 from farm.app.metrics.labels import resource_of, split_queue
+from farm.app.overview import busy_workers
 from farm.config import Settings
+from farm.pipeline import RESOURCES
 from farm.protocol import counters, heartbeat
 from farm.protocol.heartbeat import Pool
 from farm.protocol.keys import Keys
-from farm.protocol.live import depths, inspect_batches
+from farm.protocol.live import depths, inspect_batches, running_batches
 from farm.protocol.live_knobs import knobs_now
+from farm.protocol.scope import batch_tenant
+from farm.protocol.shares import DEFAULT
 from farm.protocol.stream import health
 from farm.store.accounting import allocated_totals
+from farm.store.queries import batch_delays
 
 log = logging.getLogger(__name__)
 
 WORKER_STATES = ("pending", "starting", "running", "stopping")
+DELAY_WINDOW_S = 600.0  # a tenant's extra delay: the mean over its batches completed this recently
 
 
 def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
@@ -76,6 +83,7 @@ class LiveCollector(Collector):
         yield from self._knobs()
         yield from self._planner(now)
         yield from self._batches()
+        yield from self._tenants()
         yield from self._counters()
         yield from self._stream(now)
         yield from self._memory()
@@ -173,6 +181,27 @@ class LiveCollector(Collector):
             estimate.add_metric([task, pipeline], max(b.key for b in batches))
         yield from (active, outstanding, estimate)
 
+    def _tenants(self) -> Iterator[Any]:
+        """Per tenant with a share published or a worker busy on it: its share and caps as the pick reads them,
+        and its busy workers per resource kind (0 for a kind it holds none of)."""
+        shares = fair_shares.read(self.redis, self.namespace)
+        busy = busy_workers(running_batches(self.redis, self.namespace), resource_of)
+        share = _gauge("farm_tenant_share", "A tenant's fair share: its weight when a stage's workers are divided "
+                       "between the tenants with work waiting there (1 unless set).", ["tenant"])
+        cap = _gauge("farm_tenant_max_workers", "A tenant's cap of the farm's workers of a resource kind (a kind "
+                     "without a cap has none).", ["tenant", "resource"])
+        held = _gauge("farm_tenant_busy_workers", "Workers running a tenant's requests now, by resource kind.",
+                      ["tenant", "resource"])
+        for t in sorted(set(shares) | set(busy)):
+            s = shares.get(t, DEFAULT)
+            share.add_metric([t], s.share)
+            for kind, n in s.max_workers.items():
+                cap.add_metric([t, kind], n)
+            kinds = busy.get(t, {})
+            for kind in sorted(set(RESOURCES) | set(kinds)):
+                held.add_metric([t, kind], kinds.get(kind, 0))
+        yield from (share, cap, held)
+
     def _counters(self) -> Iterator[Any]:
         c = counters.read(self.redis, self.namespace)
         recovered = CounterMetricFamily("farm_lease_recoveries", "Requests given back to their queue because "
@@ -208,6 +237,7 @@ class LiveCollector(Collector):
             return
         try:
             totals = allocated_totals(self.engine, now)
+            delays = batch_delays(self.engine, now - DELAY_WINDOW_S, None)
         except SQLAlchemyError as exc:
             log.warning("metrics: the history store did not answer: %s", exc)
             up.add_metric([], 0)
@@ -221,3 +251,20 @@ class LiveCollector(Collector):
         for q, seconds in sorted(totals.items()):
             allocated.add_metric([*split_queue(q), resource_of(q)], seconds)
         yield allocated
+        yield from _tenant_delays(delays)
+
+
+def _tenant_delays(delays: list[tuple[str, str | None, float]]) -> Iterator[Any]:
+    """Per tenant, the mean extra delay d of its batches completed in the last DELAY_WINDOW_S, and how many."""
+    per_tenant: dict[str, list[float]] = {}
+    for batch, _task, d in delays:
+        per_tenant.setdefault(batch_tenant(batch), []).append(d)
+    mean = _gauge("farm_tenant_extra_delay_seconds", f"Mean extra delay d of a tenant's batches completed in the "
+                  f"last {DELAY_WINDOW_S:g} s (completion minus the earliest possible completion T), to compare "
+                  "with D and between tenants.", ["tenant"])
+    count = _gauge("farm_tenant_completed_batches", f"A tenant's batches completed in the last {DELAY_WINDOW_S:g} s "
+                   "(those its farm_tenant_extra_delay_seconds is the mean of).", ["tenant"])
+    for t, ds in sorted(per_tenant.items()):
+        mean.add_metric([t], sum(ds) / len(ds))
+        count.add_metric([t], len(ds))
+    yield from (mean, count)

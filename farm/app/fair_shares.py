@@ -1,0 +1,89 @@
+"""The tenants' fair shares, from the store (where `farm tenants` keeps them) to the Redis hash the pick reads
+(`Keys.shares`: tenant label -> `FairShare.encode()`), and back for the reports.
+
+The hash is rewritten whole, in one transaction, so a pick never reads half of an update and a revoked
+tenant's entry goes with it. `farm tenants create/set/revoke` publish at once when they are given the farm's
+Redis; the planner's process publishes every `EVERY_S` as well (`keep_published`), so a Redis that restarted
+empty, or a change made without naming Redis, counts within that time. A tenant missing from the hash is
+served as `farm.protocol.shares.DEFAULT` (a share of 1, no cap).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from farm.protocol.keys import Keys, text
+from farm.protocol.scope import tenant_label
+from farm.protocol.shares import FairShare, ShareError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from farm.store.tenants import Tenant
+
+log = logging.getLogger(__name__)
+
+EVERY_S = 30.0  # the planner's process republishes this often
+
+
+def publish(redis: Any, namespace: str, tenants: Iterable[Tenant]) -> dict[str, str]:
+    """Replace the hash with every active tenant's share, atomically (MULTI: DEL, then one HSET); what was
+    written, label -> encoded share."""
+    entries = {tenant_label(t.id): t.fair_share.encode() for t in tenants if t.active}
+    key = Keys(namespace).shares
+    pipe = redis.pipeline(transaction=True)
+    pipe.delete(key)
+    if entries:
+        pipe.hset(key, mapping=entries)
+    pipe.execute()
+    return entries
+
+
+def publish_from_store(engine: Engine, redis: Any, namespace: str) -> dict[str, str]:
+    """Publish the shares of the tenants the store holds now."""
+    # imported here: `farm status` reads the hash through this module and loads no SQL
+    from farm.store.tenants import list_tenants
+
+    return publish(redis, namespace, list_tenants(engine, include_revoked=False))
+
+
+def read(redis: Any, namespace: str) -> dict[str, FairShare]:
+    """The shares in force (what the pick reads), by tenant label; an entry that cannot be read is left out
+    with a warning (the pick serves that tenant as the default too)."""
+    out: dict[str, FairShare] = {}
+    for label, raw in sorted(redis.hgetall(Keys(namespace).shares).items()):
+        try:
+            out[text(label)] = FairShare.decode(raw)
+        except (ShareError, ValueError, TypeError, AttributeError) as exc:
+            log.warning("fair shares: the entry of %s is not a fair share (%s): %.200r", text(label), exc, raw)
+    return out
+
+
+def keep_published(engine: Engine | None, redis: Any, namespace: str, stop: threading.Event,
+                   every_s: float = EVERY_S) -> None:
+    """Publish now and every `every_s` until `stop` is set; a failure is logged and tried again next time.
+    Without a store (`engine` None) there is nothing to publish: return at once."""
+    if engine is None:
+        return
+    while True:
+        try:
+            publish_from_store(engine, redis, namespace)
+        except Exception:  # a store or Redis down, whatever it is: the planner goes on, the next round retries
+            log.warning("fair shares: could not publish the tenants' shares to Redis", exc_info=True)
+        if stop.wait(every_s):
+            return
+
+
+def start_publishing(engine: Engine | None, redis: Any, namespace: str,
+                     every_s: float = EVERY_S) -> tuple[threading.Event, threading.Thread | None]:
+    """`keep_published` in a daemon thread; set the event to stop it (None: no store, no thread)."""
+    stop = threading.Event()
+    if engine is None:
+        return stop, None
+    thread = threading.Thread(target=keep_published, args=(engine, redis, namespace, stop, every_s),
+                              name="fair-shares", daemon=True)
+    thread.start()
+    return stop, thread
