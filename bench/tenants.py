@@ -1,14 +1,15 @@
 """Fair shares under a flood (issue 32's target): tenant A runs a steady trainer workload while tenant B floods
 the farm with ten times its share, and the pool cannot grow.
 
-    python bench/tenants.py [--workers 4] [--duration-s 40] [--period-s 2] [--rounds 1] [--redis URL] [--json]
+    python bench/tenants.py [--workers 4] [--duration-s 40] [--period-s 2] [--a-size 6] [--b-service-s 2] \
+        [--rounds 1] [--redis URL] [--json]
 
 One embedded farm (the `synthetic` pipeline, `--workers` fixed compile workers and no planner: the pool's cap
 binds throughout). Per round, three phases, each on a fresh namespace:
 
-- `alone`: A opens a batch of 6 requests of 0.5 s every `--period-s` for `--duration-s`;
+- `alone`: A opens a batch of `--a-size` requests of 0.5 s every `--period-s` for `--duration-s`;
 - `flood`: the same, while B (another tenant, equal share) has opened, before A starts, batches of slow
-  requests (2 s) worth ten times its share of the run, and waits on their results all the while (its trainer's
+  requests (`--b-service-s`) worth ten times its share of the run, and waits on their results all the while (its trainer's
   long polls); B's batches, opened first, have the earlier EBF keys;
 - `one-tenant`: the flood again with A's and B's batches both opened outside any tenant (one label: the
   farm before fair shares, EBF alone), for comparison.
@@ -42,8 +43,7 @@ from farm.knobs import Knobs  # noqa: E402
 from farm.protocol.keys import Keys, QueuePart  # noqa: E402
 
 QUEUE = "synthetic.compile"
-A_SIZE, A_SERVICE_S = 6, 0.5
-B_SERVICE_S, B_BATCH = 2.0, 20
+A_SERVICE_S, B_BATCH = 0.5, 20
 
 
 def extra_delay(results) -> float:
@@ -52,13 +52,14 @@ def extra_delay(results) -> float:
     return max(max(r.finished_at for r in results) - earliest, 0.0)
 
 
-def a_trainer(client: RewardClient, prefix: str, period_s: float, duration_s: float, out: list[float]) -> None:
+def a_trainer(client: RewardClient, prefix: str, size: int, period_s: float, duration_s: float,
+              out: list[float]) -> None:
     """A's steady workload: a batch every period, each waited on in its own thread (a pipelined trainer)."""
     threads, start = [], time.monotonic()
     n = 0
     while time.monotonic() - start < duration_s:
-        batch = client.open_batch("bench-a", "synthetic", A_SIZE, f"{prefix}a{n}")
-        batch.submit_many([(f"r{i}", {"times": [A_SERVICE_S, 0]}) for i in range(A_SIZE)])
+        batch = client.open_batch("bench-a", "synthetic", size, f"{prefix}a{n}")
+        batch.submit_many([(f"r{i}", {"times": [A_SERVICE_S, 0]}) for i in range(size)])
         t = threading.Thread(target=lambda b=batch: out.append(extra_delay(b.gather(timeout=600))), daemon=True)
         t.start()
         threads.append(t)
@@ -68,12 +69,12 @@ def a_trainer(client: RewardClient, prefix: str, period_s: float, duration_s: fl
         t.join(timeout=600)
 
 
-def b_flood(client: RewardClient, prefix: str, work_s: float, stop: threading.Event) -> list:
+def b_flood(client: RewardClient, prefix: str, service_s: float, work_s: float, stop: threading.Event) -> list:
     """B's flood: batches of slow requests worth `work_s` worker-seconds, opened at once; its trainer waits on them."""
     batches = []
-    for n in range(max(1, round(work_s / (B_BATCH * B_SERVICE_S)))):
+    for n in range(max(1, round(work_s / (B_BATCH * service_s)))):
         batch = client.open_batch("bench-b", "synthetic", B_BATCH, f"{prefix}b{n}")
-        batch.submit_many([(f"r{i}", {"times": [B_SERVICE_S, 0]}) for i in range(B_BATCH)])
+        batch.submit_many([(f"r{i}", {"times": [service_s, 0]}) for i in range(B_BATCH)])
         batches.append(batch)
 
     def wait(b):  # the trainer's long polls, until the phase ends
@@ -104,7 +105,7 @@ def phase(settings: Settings, name: str, args) -> dict:
         b_batches = []
         if name != "alone":
             share_s = args.workers / 2 * args.duration_s
-            b_batches = b_flood(client, b_prefix, 10 * share_s, stop)
+            b_batches = b_flood(client, b_prefix, args.b_service_s, 10 * share_s, stop)
             time.sleep(1.0)  # B's flood holds every worker before A starts
 
         def sample():
@@ -114,7 +115,7 @@ def phase(settings: Settings, name: str, args) -> dict:
                 time.sleep(0.2)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        a_trainer(client, a_prefix, args.period_s, args.duration_s, delays)
+        a_trainer(client, a_prefix, args.a_size, args.period_s, args.duration_s, delays)
         stop.set()
         sampler.join(timeout=5)
         for b in b_batches:
@@ -132,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=4, help="the compile pool, fixed (the cap that binds)")
     ap.add_argument("--duration-s", type=float, default=40.0, help="how long A's trainer runs per phase")
     ap.add_argument("--period-s", type=float, default=2.0, help="A opens a batch this often")
+    ap.add_argument("--a-size", type=int, default=6, help="requests of each of A's batches (0.5 s each)")
+    ap.add_argument("--b-service-s", type=float, default=2.0, help="the time of each of B's slow requests")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--redis", default=None, help="a Redis URL (default: the embedded farm's own)")
     ap.add_argument("--json", action="store_true")
@@ -149,7 +152,10 @@ def main(argv=None) -> int:
                            "within_d": flood <= delay_s, "ratio_ok": flood <= 1.5 * alone or flood <= 0.05,
                            "b_share": args.workers / 2,
                            "b_at_least_share": phases["flood"]["b_busy_workers_mean"] >= args.workers / 2 - 0.25})
-    report = {"workers": args.workers, "delay_s": delay_s, "rounds": rounds}
+    # the least any work-conserving pick without preemption adds to A's wait behind the flood: its requests wait
+    # for the first of B's running ones to end, s_B / (k + 1) on average with k staggered B workers
+    residual = args.b_service_s / (args.workers + 1)
+    report = {"workers": args.workers, "delay_s": delay_s, "residual_s": residual, "rounds": rounds}
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -161,6 +167,8 @@ def main(argv=None) -> int:
         ratio = "-" if rd["ratio"] is None else f"{rd['ratio']:.2f}"
         print(f"  flood/alone {ratio} (target <= 1.5)  within D: {rd['within_d']}  B >= its share: "
               f"{rd['b_at_least_share']}")
+    print(f"the wait for one of B's running requests to end, which no pick without preemption avoids: "
+          f"{residual:.3f} s on average")
     return 0
 
 
