@@ -6,6 +6,7 @@ the evaluation's prediction for the same trace, knobs and start-up time (issue 4
         [--worker-startup-delay-s 1.5]
     python -m tests.support.loopback_ns python bench/fidelity.py --backend ray [--ray-address ADDR] [--json] \
         [--gpus N]
+    python bench/fidelity.py --tenants N [--share TENANT=W ...] [--tenant-max-workers TENANT:KIND=N ...]
 
 `--worker-startup-delay-s` gives every worker an artificial cold start of that many real seconds
 (FARM_WORKER_STARTUP_DELAY_S; 1.5 s at speed 20 is 30 s of trace time, a container's or a GPU worker's):
@@ -32,6 +33,27 @@ On this 2-core machine (2026-11), with 2 GPUs, median errors over 3 runs: 1.1% (
 2.8% (compile's allocated seconds), 5.3% (execute's); with 12 GPUs: 3.0%, 5.9%, 3.6%. Before the policy
 decided in seconds from now (docs/design.md §14, trap 7) compile was 16.2% off over 6 runs: on the
 epoch's clock the live planner asked for 11 compile workers (N=[6, 2]) where the replay asked for 9.
+Issue 32's check, two tenants (`--tenants 2`: cuda-0 is t1's, cuda-1 t2's; their batches opened as `t1:...`
+and `t2:...`, the shares published for the run and given to the prediction) contending for pools held at 4
+workers each, t1 with three times t2's share, then equal shares (about 20 s a run here; one at a time):
+
+    for i in 1 2; do python bench/fidelity.py --tenants 2 --share t1=3 --max-workers 4 --json \
+        > /tmp/fid-t2-s3-$i.json; done
+    python bench/fidelity.py --tenants 2 --max-workers 4 --json > /tmp/fid-t2-eq.json
+    python bench/fidelity_table.py /tmp/fid-t2-s3-*.json
+
+On this 2-core machine (2026-11, load about 4 from other jobs), measured / predicted (error), trace seconds:
+
+    run          mean extra delay        compile allocated       execute allocated       t1 extra delay        t2 extra delay
+    t1=3, 1      113.7 / 104.6 (8.7%)    896.0 / 878.2 (2.0%)    895.2 / 861.2 (3.9%)    73.8 / 63.9 (15.3%)   153.6 / 145.2 (5.8%)
+    t1=3, 2      131.1 / 119.4 (9.9%)    969.6 / 943.2 (2.8%)    958.1 / 930.4 (3.0%)    90.7 / 75.8 (19.7%)   171.6 / 163.0 (5.3%)
+    equal        122.1 / 114.9 (6.3%)    916.6 / 900.2 (1.8%)    911.1 / 883.2 (3.2%)   119.8 / 113.4 (5.6%)   124.4 / 116.3 (7.0%)
+
+The share shows on both sides (t1 waits about half of t2's delay with 3x the share, as long with equal ones);
+the favoured tenant is measured 10-15 s later than predicted in both runs with unequal shares. Nothing lost or
+duplicated (480 of 480 results each run). With a cap, `--tenants 2 --max-workers 6 --tenant-max-workers
+t2:cpu=2`, the run did not finish: once t1 was done, t2's compile queue (25 requests waiting, no worker busy,
+none held) was served about once per lease (4 s), by the workers' idle check alone.
 `FARM_PLANNER_DUMP_DIR=DIR` has the daemon pickle every decision's snapshot, knobs and decision in DIR.
 Nothing lost or duplicated. Before the prediction knew the capacity, execute's was predicted 5x what 2
 GPUs hold (80% off).
@@ -56,6 +78,7 @@ from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo  # noqa: 
 from farm.app.live_replay.metrics import within  # noqa: E402
 from farm.config import STARTUP_DELAY_ENV  # noqa: E402
 from farm.knobs import Knobs  # noqa: E402
+from farm.protocol.shares import ShareError, parse_shares  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -79,8 +102,19 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, default=None,
                     help="ray backend, the cluster started here: its GPU node's GPUs (default: --max-workers, "
                          "room for the knobs' pools; fewer: a fixed cluster the planner must plan within)")
+    ap.add_argument("--tenants", type=int, default=None,
+                    help="divide the replayed tasks between N tenants t1..tN (task k, in name order, is "
+                         "t{k %% N + 1}'s), their batches opened under the tenants' names")
+    ap.add_argument("--share", dest="shares", action="append", default=[], metavar="TENANT=W",
+                    help="a tenant's fair share, as `farm eval --share` (published for the run; repeatable)")
+    ap.add_argument("--tenant-max-workers", dest="caps", action="append", default=[], metavar="TENANT:KIND=N",
+                    help="a tenant's cap of workers of a resource kind, as `farm eval`'s (repeatable)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        shares = parse_shares(args.shares, args.caps)
+    except ShareError as exc:
+        ap.error(str(exc))
     if args.ray_address and args.backend != "ray":
         ap.error("--ray-address is an option of --backend ray")
     if args.gpus is not None and (args.backend != "ray" or args.ray_address):
@@ -115,7 +149,9 @@ def main(argv=None) -> int:
                              tasks=rp.parse_tasks(args.tasks), batches=args.batches, max_workers=args.max_workers,
                              startup_s=args.startup_s, png=False, worker_nice=args.worker_nice,
                              worker_events=args.worker_events, backend=args.backend, backend_options=options,
-                             say=lambda msg: print(msg, file=sys.stderr))
+                             tenants=args.tenants, shares=shares, say=lambda msg: print(msg, file=sys.stderr))
+    except rp.ReplayError as exc:
+        ap.error(str(exc))
     finally:
         if cluster is not None:
             cluster.shutdown()
@@ -124,6 +160,9 @@ def main(argv=None) -> int:
         "gpus": args.gpus if args.backend == "ray" and not args.ray_address else None,
         "worker_nice": args.worker_nice, "worker_events": args.worker_events,
         "worker_startup_delay_s": args.worker_startup_delay_s,
+        "max_workers": args.max_workers,
+        "tenants": report["tenants"],  # the farm's label of each of the trace's tenants
+        "shares": report["shares"],
         "wall_s": round(time.time() - started, 1),
         "fidelity": report["fidelity"],
         "results": report["results"],
@@ -142,7 +181,7 @@ def main(argv=None) -> int:
     else:
         for name, v in report["fidelity"].items():
             if isinstance(v, dict):
-                print(f"{name:28s} measured {v['measured']:10.2f}  predicted {v['predicted']:10.2f}  "
+                print(f"{name:36s} measured {v['measured']:10.2f}  predicted {v['predicted']:10.2f}  "
                       f"error {v['relative_error']:6.1%}")
         print("physics measured on this run (real s): " + ", ".join(
             f"{k} {v:.3g}" for k, v in report["physics"].items() if v is not None))

@@ -19,9 +19,11 @@ from sqlalchemy import select
 from farm import registry
 from farm.app import live_replay as rp
 from farm.app.embedded import EmbeddedFarm
+from farm.app.live_replay.plan import farm_shares, split_tenants
 from farm.app.planner_process import DaemonProcess
 from farm.config import Settings
 from farm.knobs import Knobs
+from farm.protocol.shares import FairShare
 from farm.store.knob_store import KnobStore
 from farm.store.models import RequestStage, Worker
 from planner.eval import trace as tracefile
@@ -117,17 +119,23 @@ def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | Non
              tasks: Sequence[str] | int | None = None, batches: int | None = None, png: bool = True,
              replayer: Callable[..., dict[str, Any]] | None = None, say: Callable[[str], None] = print,
              worker_nice: int = DEMO_WORKER_NICE, worker_events: bool = False, backend: str = "local",
-             backend_options: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], Path | None]:
+             backend_options: Mapping[str, Any] | None = None, tenants: int | None = None,
+             shares: Mapping[str, FairShare] | None = None) -> tuple[dict[str, Any], Path | None]:
     """Run the demo (by default the bundled demo trace, whole); returns the report and the PNG's path.
 
     The demo's farm runs no Flower, so its workers send no Celery task events unless `worker_events`.
-    `backend` "ray" (with `backend_options={"address": ...}`) puts the workers on a Ray cluster."""
+    `backend` "ray" (with `backend_options={"address": ...}`) puts the workers on a Ray cluster. `tenants`:
+    the replayed tasks divided between that many tenants `t1`..`tN` (`live_replay.plan.split_tenants`), with
+    `shares` by those names (1 each, no cap, unless given)."""
     data_dir = data_dir or tempfile.mkdtemp(prefix="farm-demo-")
     out = Path(out) if out else Path(data_dir)
     startup = STARTUP_S[backend] if startup_s is None else startup_s
     backend_args = ["--ray-address", str(backend_options["address"])] if (backend_options or {}).get("address") else []
     trace = rp.select(tracefile.read(tracefile.resolve(trace_spec)), tasks, batches)
-    options = rp.ReplayOptions(speed=speed, startup_s=startup)
+    if tenants is not None:
+        trace = split_tenants(trace, tenants)
+    options = rp.ReplayOptions(speed=speed, startup_s=startup, shares=dict(shares or {}))
+    farm_shares(trace, options.shares)  # a share for a tenant the trace lacks: refused before the farm starts
     queues = registry.get(options.pipeline).queues
     say(f"starting an embedded farm in {data_dir} (Redis, SQLite history, recorder, planner, local workers)")
     # A short lease: a killed worker's request is back in its queue within seconds of the trace's scale.

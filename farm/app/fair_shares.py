@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from farm.protocol.keys import Keys, text
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EVERY_S = 30.0  # the planner's process republishes this often
+HOLD_EVERY_S = 0.25  # `held` puts its entries back this often (the gap after a republish that dropped them)
 
 
 def publish(redis: Any, namespace: str, tenants: Iterable[Tenant]) -> dict[str, str]:
@@ -40,6 +42,50 @@ def publish(redis: Any, namespace: str, tenants: Iterable[Tenant]) -> dict[str, 
         pipe.hset(key, mapping=entries)
     pipe.execute()
     return entries
+
+
+def put(redis: Any, namespace: str, shares: Mapping[str, FairShare]) -> dict[str, str]:
+    """Set these tenants' entries (label -> share) and leave the others' as they are; what was written."""
+    entries = {label: share.encode() for label, share in shares.items()}
+    if entries:
+        redis.hset(Keys(namespace).shares, mapping=entries)
+    return entries
+
+
+@contextmanager
+def held(redis: Any, namespace: str, shares: Mapping[str, FairShare],
+         every_s: float = HOLD_EVERY_S) -> Iterator[dict[str, str]]:
+    """Shares that no tenant of the store holds (a replay's tenants) in force while the block runs: `put` now
+    and every `every_s`, since the planner's process replaces the hash whole from the store every `EVERY_S`
+    (so an entry may be missing for up to `every_s` after that); afterwards those labels' entries as they were
+    before (none where there was none)."""
+    key = Keys(namespace).shares
+    labels = list(shares)
+    before = dict(zip(labels, redis.hmget(key, labels))) if labels else {}
+    written = put(redis, namespace, shares)
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(every_s):
+            try:
+                put(redis, namespace, shares)
+            except Exception:  # Redis restarting: the next round puts them back
+                log.warning("fair shares: could not put the replay's shares back", exc_info=True)
+
+    thread = threading.Thread(target=keep, name="fair-shares-held", daemon=True) if labels else None
+    if thread is not None:
+        thread.start()
+    try:
+        yield written
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(5)
+        if labels:
+            pipe = redis.pipeline(transaction=True)
+            for label, raw in before.items():
+                pipe.hdel(key, label) if raw is None else pipe.hset(key, label, raw)
+            pipe.execute()
 
 
 def publish_from_store(engine: Engine, redis: Any, namespace: str) -> dict[str, str]:

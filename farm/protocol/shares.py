@@ -95,6 +95,29 @@ def parse_max_workers(items: Iterable[str]) -> dict[str, int]:
     return out
 
 
+def parse_shares(weights: Iterable[str], caps: Iterable[str]) -> dict[str, FairShare]:
+    """Named tenants' fair shares from `TENANT=W` and `TENANT:KIND=N` items (`farm eval --share
+    --tenant-max-workers`, `bench/fidelity.py`'s), by name; ShareError naming the option for a malformed one."""
+    shares: dict[str, float] = {}
+    limits: dict[str, list[str]] = {}
+    for item in weights:
+        name, sep, w = item.partition("=")
+        try:
+            weight = float(w) if sep and name else math.nan
+        except ValueError:
+            weight = math.nan
+        if math.isnan(weight):
+            raise ShareError(f"--share: expected TENANT=WEIGHT, not {item!r:.100}")
+        shares[name] = weight
+    for item in caps:
+        name, sep, cap = item.partition(":")
+        if not (sep and name):
+            raise ShareError(f"--tenant-max-workers: expected TENANT:KIND=N, not {item!r:.100}")
+        limits.setdefault(name, []).append(cap)
+    return {name: FairShare(shares.get(name, 1.0), parse_max_workers(limits.get(name, ())))
+            for name in sorted(set(shares) | set(limits))}
+
+
 def entitled(workers: int, share: float, waiting_shares: float) -> float:
     """The workers of a stage a tenant with work waiting there is entitled to."""
     return workers * share / waiting_shares

@@ -121,3 +121,17 @@ def test_the_planners_process_publishes_the_shares_of_the_store_it_serves(postgr
     result = CliRunner().invoke(main, ["planner", "--once", "--backend", "local"], env=env)
     assert result.exit_code == 0, result.output
     assert fair_shares.read(redis, settings.namespace) == {f"t{tenant.id}": FairShare(6.0, {"gpu": 1})}
+
+
+def test_shares_held_for_a_replay_come_back_after_a_republish_and_leave_the_entries_of_before(redis, settings):
+    key = Keys(settings.namespace).shares
+    redis.hset(key, mapping={"t1": FairShare(9.0).encode(), "t8": FairShare(8.0).encode()})
+    with fair_shares.held(redis, settings.namespace, {"t1": FairShare(3.0), "t2": FairShare(2.0)}, every_s=0.02):
+        assert fair_shares.read(redis, settings.namespace) == {
+            "t1": FairShare(3.0), "t2": FairShare(2.0), "t8": FairShare(8.0)}
+        fair_shares.publish(redis, settings.namespace, [])  # the planner's process, from a store without them
+        deadline = time.monotonic() + 5
+        while len(fair_shares.read(redis, settings.namespace)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fair_shares.read(redis, settings.namespace) == {"t1": FairShare(3.0), "t2": FairShare(2.0)}
+    assert fair_shares.read(redis, settings.namespace) == {"t1": FairShare(9.0)}

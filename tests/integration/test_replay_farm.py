@@ -66,6 +66,30 @@ def test_a_tiny_trace_replays_end_to_end_with_the_eval_keys_measured_and_predict
     assert physics["retire_s"] >= 0
 
 
+def test_a_two_tenant_trace_replays_under_the_tenants_names_with_their_shares_and_errors_per_tenant(farm, daemon):
+    from dataclasses import replace
+
+    from farm.app import fair_shares
+    from farm.app import live_replay as rp
+    from farm.protocol.shares import FairShare
+    from planner.eval.trace import Trace
+
+    settings, engine = farm
+    trace = tiny_trace(batches=1, size=4)
+    trace = Trace(trace.stages, tuple(replace(b, tenant={"a": "alpha", "b": "t5"}[b.task]) for b in trace.batches))
+    in_force = []
+    options = rp.ReplayOptions(speed=2.0, startup_s=1.0, record_timeout_s=60,
+                               shares={"alpha": FairShare(2.0), "t5": FairShare(max_workers={"gpu": 1})})
+    report = rp.run(settings, engine, trace, options,
+                    on_result=lambda task: in_force.append(fair_shares.read(daemon.redis, settings.namespace)))
+    assert report["tenants"] == {"alpha": "t1", "t5": "t5"}
+    assert in_force and all(s == {"t1": FairShare(2.0), "t5": FairShare(max_workers={"gpu": 1})} for s in in_force)
+    assert fair_shares.read(daemon.redis, settings.namespace) == {}  # the entries of before: none
+    assert set(report["measured"]["tenants"]) == set(report["predicted"]["tenants"]) == {"alpha", "t5"}
+    assert {"tenants.alpha.extra_delay_mean_s", "tenants.t5.extra_delay_mean_s"} <= set(report["fidelity"])
+    assert report["results"]["lost"] == 0 and report["results"]["received"] == 8
+
+
 @pytest.fixture
 def one_gpu(monkeypatch):
     """The farm's workers hold at most one GPU (the local backend's capacity: one GPU worker)."""

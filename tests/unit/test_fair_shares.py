@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from farm.protocol.shares import FairShare, ShareError, caps_bound, eligible, parse_max_workers
+from farm.protocol.shares import FairShare, ShareError, caps_bound, eligible, parse_max_workers, parse_shares
 from planner.policy.capacity import UNBOUNDED, Capacity, within
 
 
@@ -44,6 +44,18 @@ def test_max_workers_are_read_from_kind_equals_n_pairs():
     for bad in (["gpu"], ["gpu=x"], ["gpu=-1"], ["tpu=2"]):
         with pytest.raises(ShareError):
             parse_max_workers(bad)
+
+
+def test_named_shares_are_read_from_weights_and_caps_and_a_tenant_named_once_has_the_other_default():
+    assert parse_shares(["a=3", "b=0.5"], ["b:gpu=1", "c:cpu=2", "c:gpu=1"]) == {
+        "a": FairShare(3.0), "b": FairShare(0.5, {"gpu": 1}), "c": FairShare(1.0, {"cpu": 2, "gpu": 1})}
+
+
+@pytest.mark.parametrize("weights,caps,option", [(["a"], [], "--share"), (["a=x"], [], "--share"),
+                                                 (["=2"], [], "--share"), ([], ["gpu=1"], "--tenant-max-workers")])
+def test_a_malformed_named_share_names_its_option(weights, caps, option):
+    with pytest.raises(ShareError, match=option):
+        parse_shares(weights, caps)
 
 
 def test_with_one_tenant_waiting_it_is_served():

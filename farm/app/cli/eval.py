@@ -14,7 +14,7 @@ from planner.eval.loop import evaluate
 from planner.eval.startup import Startup, parse_startup
 from planner.policy.capacity import UNBOUNDED, Capacity, parse_capacity
 from planner.policy.decide import parse_policy
-from farm.protocol.shares import FairShare, ShareError, parse_max_workers
+from farm.protocol.shares import FairShare, ShareError, parse_shares
 
 
 # a replay's pools are bounded by the policy alone, not by the live farm's default bound
@@ -51,24 +51,8 @@ def _capacity(value: str | None, t: tr.Trace) -> Capacity:
 
 def _shares(shares: tuple[str, ...], caps: tuple[str, ...]) -> dict[str, FairShare]:
     """The fair shares of the trace's tenants from `--share NAME=W` and `--tenant-max-workers NAME:KIND=N`."""
-    weights: dict[str, float] = {}
-    limits: dict[str, list[str]] = {}
-    for item in shares:
-        name, sep, w = item.partition("=")
-        try:
-            weights[name] = float(w) if sep and name else float("nan")
-        except ValueError:
-            weights[name] = float("nan")
-        if not (sep and name) or weights[name] != weights[name]:
-            raise click.BadParameter(f"expected TENANT=WEIGHT, not {item!r}", param_hint="--share")
-    for item in caps:
-        name, sep, cap = item.partition(":")
-        if not (sep and name):
-            raise click.BadParameter(f"expected TENANT:KIND=N, not {item!r}", param_hint="--tenant-max-workers")
-        limits.setdefault(name, []).append(cap)
     try:
-        return {name: FairShare(weights.get(name, 1.0), parse_max_workers(limits.get(name, ())))
-                for name in sorted(set(weights) | set(limits))}
+        return parse_shares(shares, caps)
     except ShareError as e:
         raise click.BadParameter(str(e), param_hint="--share/--tenant-max-workers") from None
 

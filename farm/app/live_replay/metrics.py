@@ -11,6 +11,7 @@ import numpy as np
 from sqlalchemy import func, select
 
 from farm.knobs import Knobs
+from farm.protocol.scope import batch_tenant
 from farm.store.models import Batch, Decision, Request, RequestStage, Worker
 from planner.eval.trace import Trace
 
@@ -43,10 +44,12 @@ def summarize(
     delay_s: float,
     startup_s: float,
     duration_s: float,
+    tenants: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The keys of `farm eval --json`, every time multiplied back by K (the planner's runtime excepted: it is real).
 
-    `delay_s`, `startup_s` and `duration_s` are given in trace seconds already."""
+    `delay_s`, `startup_s` and `duration_s` are given in trace seconds already. `tenants`: each batch's tenant
+    (as `extra_delays`); with several, `tenants` gives each one's batches and extra delay, as `farm eval`'s."""
     d = np.asarray(extra_delays, dtype=float) * speed
     stages = {}
     per_resource: dict[str, float] = {}
@@ -57,7 +60,7 @@ def summarize(
                         "normalized": alloc / used if used > 0 else None}
         per_resource[resources[name]] = per_resource.get(resources[name], 0.0) + alloc
         cost += costs[name] * alloc
-    return {
+    out = {
         "policy": policy,
         "scheduler": scheduler,
         "delay_s": delay_s,
@@ -76,10 +79,16 @@ def summarize(
         "duration_s": duration_s,
         "speed": speed,
     }
+    if tenants is not None and len(set(tenants)) > 1:  # as planner.eval.metrics reports them: only then
+        of = np.asarray(tenants)
+        out["tenants"] = {t: {"batches": int((of == t).sum()), "extra_delay_mean_s": float(d[of == t].mean()),
+                              "extra_delay_max_s": float(d[of == t].max())} for t in sorted(set(tenants))}
+    return out
 
 
 def within(measured: Mapping[str, Any], predicted: Mapping[str, Any], tolerance: float = 0.15) -> dict[str, Any]:
-    """Fidelity: the measured mean extra delay and allocated seconds per stage against the prediction."""
+    """Fidelity: the measured mean extra delay and allocated seconds per stage against the prediction, and each
+    tenant's mean extra delay where both report several tenants (`tenants.<name>.extra_delay_mean_s`)."""
     out: dict[str, Any] = {}
 
     def rel(m: float, p: float) -> float:
@@ -92,6 +101,11 @@ def within(measured: Mapping[str, Any], predicted: Mapping[str, Any], tolerance:
         if pm is not None:
             out[f"{name}.allocated_s"] = {"measured": stage["allocated_s"], "predicted": pm,
                                           "relative_error": rel(stage["allocated_s"], pm)}
+    theirs = predicted.get("tenants", {})
+    for name, tenant in measured.get("tenants", {}).items():
+        if name in theirs:
+            m, p = tenant["extra_delay_mean_s"], theirs[name]["extra_delay_mean_s"]
+            out[f"tenants.{name}.extra_delay_mean_s"] = {"measured": m, "predicted": p, "relative_error": rel(m, p)}
     out["ok"] = all(v["relative_error"] <= tolerance for v in out.values() if isinstance(v, dict))
     return out
 
@@ -117,12 +131,16 @@ def wait_recorded(engine: Any, batch_ids: Sequence[str], timeout_s: float = 60.0
 
 
 def measure(engine: Any, trace: Trace, batch_ids: Sequence[str], *, start: float, pipeline: str,
-            speed: float, knobs: Knobs, startup_s: float = 0.0) -> dict[str, Any]:
-    """docs/design.md's metrics of the replayed batches, from the store, over [start, last completion]."""
+            speed: float, knobs: Knobs, startup_s: float = 0.0,
+            tenants: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """docs/design.md's metrics of the replayed batches, from the store, over [start, last completion].
+
+    `tenants`: the trace's name of each tenant label (`plan.tenant_labels` inverted): each batch counts for
+    the tenant its id's prefix names on the farm, under the trace's name, as the prediction reports it."""
     queues = [f"{pipeline}.{s.name}" for s in trace.stages]
     ids = list(batch_ids)
     with engine.connect() as conn:
-        rows = conn.execute(select(Batch.extra_delay_s, Batch.completed_at).where(Batch.id.in_(ids))).all()
+        rows = conn.execute(select(Batch.id, Batch.extra_delay_s, Batch.completed_at).where(Batch.id.in_(ids))).all()
         end = max(r.completed_at for r in rows)
         requests = conn.execute(select(Request.request_id).where(Request.batch_id.in_(ids))).all()
         busy = {q: 0.0 for q in queues}
@@ -157,6 +175,7 @@ def measure(engine: Any, trace: Trace, batch_ids: Sequence[str], *, start: float
         delay_s=knobs.delay_s * speed,
         startup_s=startup_s * speed,
         duration_s=(end - start) * speed,
+        tenants=[(tenants or {}).get(batch_tenant(r.id), batch_tenant(r.id)) for r in rows],
     )
 
 

@@ -6,13 +6,17 @@ checked without a farm.
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from farm.knobs import Knobs
+from farm.protocol.scope import tenant_label
+from farm.protocol.shares import FairShare
 from planner.eval.trace import Trace, TraceBatch
 from planner.policy.capacity import UNBOUNDED, Capacity
 
@@ -41,6 +45,9 @@ class ReplayOptions:
     dispatch_s: float = 0.0  # real seconds a request takes to reach a free worker (idem)
     policy_startup_s: float | None = None  # the start-up the planner is told (default: startup_s)
     capacity: Capacity = UNBOUNDED  # the fixed cluster the prediction replays on (the run's, as its planner saw it)
+    # the fair shares of the trace's tenants, by the trace's names (`farm eval --share`): published for the
+    # run under the farm's labels (`tenant_ids`) and given to the prediction; a tenant not named has 1, no cap
+    shares: Mapping[str, FairShare] = field(default_factory=dict)
     seed: int = 0
     pipeline: str = PIPELINE
     record_timeout_s: float = 60.0
@@ -100,6 +107,56 @@ def check_pipeline(trace: Trace, pipeline: Any) -> None:
             f"the trace's stages {want} do not match the {pipeline.name!r} pipeline's stages {have}; "
             "replay a trace with those stages"
         )
+
+
+# ------------------------------------------------------------------------------------------- the tenants
+
+NO_TENANT = "-"  # a trace batch's tenant that is none: the farm's own batches (farm.protocol.scope.tenant_label)
+_LABEL = re.compile(r"t(0|[1-9][0-9]*)")  # a tenant's label, `t<id>` (farm.protocol.ids.TENANT_PREFIX less ':')
+
+
+def tenant_ids(trace: Trace) -> dict[str, int]:
+    """The live farm's tenant id of each tenant the trace's batches name: the one place where a trace's
+    tenants become the farm's (a batch of tenant `n` is opened as `t<id>:...`, its share published under the
+    label `t<id>`), so the measured per-tenant figures can be set beside `farm eval`'s, keyed by the names.
+
+    A name that is a label, `t<digits>` (`farm status` shows tenants so), is that tenant; every other name gets
+    the smallest id from 1 that no name takes, in the order the names first appear (batches by start). The
+    name `-` is no tenant, as `farm eval` counts it. Deterministic: the same trace always maps the same way."""
+    names = list(dict.fromkeys(b.tenant for b in trace.batches if b.tenant not in (None, NO_TENANT)))
+    ids = {n: int(found.group(1)) for n in names if (found := _LABEL.fullmatch(n))}
+    taken = set(ids.values())
+    free = (i for i in itertools.count(1) if i not in taken)
+    return {n: ids[n] if n in ids else next(free) for n in names}
+
+
+def tenant_labels(trace: Trace) -> dict[str, str]:
+    """The label the farm reports each of the trace's tenants under, by name (`-`: the farm's own batches)."""
+    out = {name: tenant_label(i) for name, i in tenant_ids(trace).items()}
+    if any(b.tenant in (None, NO_TENANT) for b in trace.batches):
+        out[NO_TENANT] = NO_TENANT
+    return out
+
+
+def farm_shares(trace: Trace, shares: Mapping[str, FairShare]) -> dict[str, FairShare]:
+    """The shares to publish, by the farm's label; a share for a tenant the trace does not name is refused (a
+    typo would pass for a setting that changed nothing)."""
+    labels = tenant_labels(trace)
+    unknown = sorted(set(shares) - set(labels))
+    if unknown:
+        raise ReplayError(f"a share for {', '.join(map(repr, unknown))}, which the trace's batches do not name; "
+                          f"its tenants: {', '.join(sorted(labels)) or 'none'}")
+    return {labels[name]: share for name, share in shares.items()}
+
+
+def split_tenants(trace: Trace, n: int) -> Trace:
+    """The trace with its tasks divided between n tenants `t1`..`tn`: task k (name order, from 0) is tenant
+    `t{k % n + 1}`'s, every batch of it."""
+    tasks = trace.tasks
+    if not 1 <= n <= len(tasks):
+        raise ReplayError(f"--tenants must be 1 to the {len(tasks)} tasks replayed, not {n}")
+    owner = {task: f"t{k % n + 1}" for k, task in enumerate(tasks)}
+    return Trace(trace.stages, tuple(replace(b, tenant=owner[b.task]) for b in trace.batches))
 
 
 # ------------------------------------------------------------------------------------------- the knobs

@@ -7,16 +7,19 @@ the planner's or the model's, not the machine's.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping
 
 import redis as redis_lib
 
 from farm import registry
+from farm.app import fair_shares
 from farm.app.live_replay import metrics
 from farm.app.live_replay.metrics import RecordingTimeout, last_completion, measure, wait_recorded, within
 from farm.app.live_replay.physics import worker_physics
-from farm.app.live_replay.plan import ReplayError, ReplayOptions, check_pipeline, replay_knobs, trace_knobs
+from farm.app.live_replay.plan import (ReplayError, ReplayOptions, check_pipeline, farm_shares, replay_knobs,
+                                       tenant_ids, tenant_labels, trace_knobs)
 from farm.app.live_replay.trainer import Trainer
 from farm.client.sync import RewardClient
 from farm.config import redis_url
@@ -32,12 +35,14 @@ def predict_result(trace: Trace, knobs: Knobs, options: ReplayOptions) -> Any:
     """`farm eval`'s replay of the same trace and knobs, its worker physics (real seconds) times K: a new
     worker ready (startup_s + startup_per_start_s x workers starting) x K later, a retired one gone
     retire_s x K later, a request at its worker dispatch_s x K after it is taken, the policy told a
-    start-up of policy_startup_s x K, on a cluster of `options.capacity` (`farm eval --capacity`)."""
+    start-up of policy_startup_s x K, on a cluster of `options.capacity` (`farm eval --capacity`), the trace's
+    tenants with `options.shares` (`farm eval --share`)."""
     k = options.speed
     told = None if options.policy_startup_s is None else options.policy_startup_s * k
     return loop.evaluate(trace, knobs, startup_s=options.startup_s * k, startup_per_start_s=options.startup_per_start_s * k,
                          retire_s=options.retire_s * k, dispatch_s=options.dispatch_s * k, policy_startup_s=told,
-                         seed=options.seed, pipeline=options.pipeline, capacity=options.capacity)
+                         seed=options.seed, pipeline=options.pipeline, capacity=options.capacity,
+                         shares=dict(options.shares))
 
 
 def same_run(options: ReplayOptions, report: Mapping[str, Any]) -> ReplayOptions:
@@ -66,8 +71,12 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
     """Play the trainers of `trace` against the farm at `settings`; the report measured beside the prediction.
 
     The farm must be serving (workers, or a planner daemon that sizes the pools). The knobs are set for
-    the compressed clock for the run and restored afterwards."""
+    the compressed clock for the run and restored afterwards. A batch with a `tenant` is opened under that
+    tenant's names (`plan.tenant_ids`), and `options.shares` are in force for the run under those tenants'
+    labels (`fair_shares.held`), their entries restored afterwards."""
     check_pipeline(trace, registry.get(options.pipeline))
+    ids = tenant_ids(trace)
+    published = farm_shares(trace, options.shares)
     client_redis = redis_lib.Redis.from_url(redis_url(settings))
     store = KnobStore(engine, client_redis, settings.namespace)
     before = store.load()
@@ -75,14 +84,16 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
     live = replay_knobs(in_trace_time, trace, options.pipeline, options.speed)
     store.save(live)
     clients: list[Any] = []
+    sharing = ExitStack()
     try:
+        sharing.enter_context(fair_shares.held(client_redis, settings.namespace, published))
         t0 = time.time() + 0.2
         trainers = []
         for task in trace.tasks:
             client = RewardClient(settings)
             clients.append(client)
             trainers.append(Trainer(client, trace, task, options.speed, t0, on_result or (lambda task: None),
-                                    options.pipeline))
+                                    options.pipeline, ids))
         for trainer in trainers:
             trainer.start()
         for trainer in trainers:
@@ -107,8 +118,10 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
         told = metrics.planned_startup(engine, since=t0 - 60.0, until=end, pipeline=options.pipeline)
         cluster = metrics.planned_capacity(engine, since=t0 - 60.0, until=end, pipeline=options.pipeline)
         measured = measure(engine, trace, batch_ids, start=t0, pipeline=options.pipeline, speed=options.speed,
-                           knobs=live, startup_s=startup)
+                           knobs=live, startup_s=startup,
+                           tenants={label: name for name, label in tenant_labels(trace).items()})
     finally:
+        sharing.close()
         store.save(before)
         for client in clients:
             client.close()
@@ -123,6 +136,8 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
         # workers per resource kind the planner's decisions planned within ({}: none bounded; None: not recorded)
         "capacity": cluster,
         "physics": physics.to_dict(),  # what the prediction assumes, measured on this run (real seconds)
+        "tenants": tenant_labels(trace),  # the farm's label of each of the trace's tenants
+        "shares": {name: share.to_dict() for name, share in sorted(options.shares.items())},
         "results": {
             "expected": len(expected),
             "received": sum(seen.values()),

@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import redis
 
 from farm.app.live_replay.plan import PIPELINE, due_together, gather_timeout, payload, schedule
+from farm.protocol.scope import Scope
 from planner.eval.trace import Trace, TraceBatch
 
 
@@ -39,10 +40,12 @@ class Trainer(threading.Thread):
     RETRIES = 5  # readings of a batch's results restarted after a broken connection
 
     def __init__(self, client: Any, trace: Trace, task: str, speed: float, t0: float,
-                 on_result: Callable[[str], None], pipeline: str = PIPELINE) -> None:
+                 on_result: Callable[[str], None], pipeline: str = PIPELINE,
+                 tenants: Mapping[str, int] | None = None) -> None:
+        """`tenants`: the farm's id of each tenant the trace names (`plan.tenant_ids`)."""
         super().__init__(name=f"trainer-{task}", daemon=True)
         self.client, self.trace, self.task, self.speed, self.t0 = client, trace, task, speed, t0
-        self.on_result, self.pipeline = on_result, pipeline
+        self.on_result, self.pipeline, self.tenants = on_result, pipeline, dict(tenants or {})
         self.outcome = TaskOutcome(task)
         self._gatherers: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -58,7 +61,8 @@ class Trainer(threading.Thread):
                 if delay > 0:
                     time.sleep(delay)
                 if event.index < 0:
-                    handle = self.client.open_batch(self.task, self.pipeline, event.batch.size)
+                    handle = self.client.open_batch(self.task, self.pipeline, event.batch.size,
+                                                    self.batch_id(event.batch))
                     batches[event.batch.batch] = handle
                     self.outcome.batch_ids.append(str(handle.id))
                     self.outcome.sizes[str(handle.id)] = event.batch.size
@@ -75,6 +79,12 @@ class Trainer(threading.Thread):
                 gatherer.join()
         except Exception as exc:  # reported, never swallowed: the replay fails with it
             self.outcome.error = f"{type(exc).__name__}: {exc}"
+
+    def batch_id(self, batch: TraceBatch) -> str | None:
+        """A tenant's batch is opened under its names, `t<id>:` and a fresh id, as its gateway would (the task
+        stays the trace's: the planner's history per task is then `farm eval`'s); None: a fresh farm id."""
+        tenant = self.tenants.get(batch.tenant) if batch.tenant is not None else None
+        return None if tenant is None else Scope(tenant).batch(None)
 
     def _gather(self, handle: Any, batch: TraceBatch) -> None:
         # A broken connection restarts the reading from the batch's first result: results already
