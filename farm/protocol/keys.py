@@ -120,7 +120,7 @@ class Keys:
     planner = Named(":planner")  # string: the planner's heartbeat, with a time to live (farm.protocol.heartbeat)
     ray_lives = Named(":ray:lives")  # hash: the Ray backend's actors: name -> stage, spawned, placed
     shares = Named(":shares")  # hash: tenant label -> its fair share (farm.protocol.shares.FairShare.encode)
-    held = Named(":held")  # set: stage queues a pick left waiting for a tenant's cap; a worker's release wakes them
+    held = Named(":held")  # hash: stage queue -> wake-up tokens its picks swallowed, only capped tenants waiting
 
     def __init__(self, namespace: str) -> None:
         self.ns = namespace

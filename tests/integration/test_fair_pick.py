@@ -123,20 +123,41 @@ def test_with_one_tenant_waiting_the_pick_is_plain_ebf(farm):
     assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t2:b1"
 
 
+def finish(farm, bid: str, token: str, worker: str) -> None:
+    result = Result("r", bid, Status.OK, 1.0, "", finished_at=time.time())
+    farm.run(finish_call(result, token, worker, QUEUE, json.dumps({"kind": "stage_done"})))
+
+
 def test_a_queue_left_waiting_for_a_cap_is_woken_when_a_worker_is_released(farm):
     keys = Keys(farm.settings.namespace)
     lay_out(farm, [("t1", 1.0), ("t1", 2.0)], {}, {}, 2, {"t1": FairShare(max_workers={"cpu": 1})})
     first = farm.pick(QUEUE, "w1", "ebf", "tok1", "cpu", (QUEUE,))
     assert first[1] == "t1:b0"
     assert len(farm.pick(QUEUE, "w2", "ebf", "tok2", "cpu", (QUEUE,))) == 1  # t1 is at its cap
-    assert farm.redis.sismember(keys.held, QUEUE)
+    assert farm.redis.hget(keys.held, QUEUE) == "1"
     tokens = farm.redis.llen(keys.broker(QUEUE))
-    result = Result("r", "t1:b0", Status.OK, 1.0, "", finished_at=time.time())
-    farm.run(finish_call(result, "tok1", "w1", QUEUE, json.dumps({"kind": "stage_done"})))
-    assert not farm.redis.sismember(keys.held, QUEUE)
+    finish(farm, "t1:b0", "tok1", "w1")
+    assert not farm.redis.hexists(keys.held, QUEUE)
     if farm.lua_tokens:
         assert farm.redis.llen(keys.broker(QUEUE)) == tokens + 1
     assert farm.pick(QUEUE, "w2", "ebf", "tok3", "cpu", (QUEUE,))[1] == "t1:b1"
+
+
+def test_every_token_a_capped_pick_swallowed_is_handed_back_one_release_at_a_time(farm):
+    # three of t1's requests, a cap of one: two picks find t1 at its cap; each of the next two releases hands back
+    # one token, so the last request is not left without one (a wake-up lost would leave it to the idle check)
+    keys = Keys(farm.settings.namespace)
+    lay_out(farm, [("t1", 1.0), ("t1", 2.0), ("t1", 3.0)], {}, {}, 3, {"t1": FairShare(max_workers={"cpu": 1})})
+    assert farm.pick(QUEUE, "w1", "ebf", "tok1", "cpu", (QUEUE,))[1] == "t1:b0"
+    for worker in ("w2", "w3"):
+        assert len(farm.pick(QUEUE, worker, "ebf", f"tok-{worker}", "cpu", (QUEUE,))) == 1
+    assert farm.redis.hget(keys.held, QUEUE) == "2"
+    finish(farm, "t1:b0", "tok1", "w1")
+    assert farm.redis.hget(keys.held, QUEUE) == "1"
+    assert farm.pick(QUEUE, "w2", "ebf", "tok2", "cpu", (QUEUE,))[1] == "t1:b1"
+    finish(farm, "t1:b1", "tok2", "w2")
+    assert not farm.redis.hexists(keys.held, QUEUE)
+    assert farm.pick(QUEUE, "w3", "ebf", "tok3", "cpu", (QUEUE,))[1] == "t1:b2"
 
 
 def test_a_share_that_does_not_decode_counts_as_the_default_and_picks_go_on(farm):

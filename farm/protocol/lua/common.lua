@@ -134,14 +134,18 @@ local function live_workers(queue, lease_s)
   return n
 end
 
--- A worker was released (finished, abandoned or reclaimed): a tenant at its cap may now be served, so each
--- queue a pick left waiting for a cap gets a wake-up token (one too many costs an empty pick; a broker that is
--- not this Redis gets none, and the workers' idle check sends one within a lease time).
+-- A worker was released (finished, abandoned or reclaimed): a tenant at its cap may now be served. A pick that
+-- found only capped tenants waiting swallowed the wake-up token of a request it left waiting (K.held counts them
+-- per queue), so each release hands one back to every such queue: a release frees at most one worker of a cap,
+-- and a token handed back while the tenant is still at its cap is swallowed and counted again, never lost. A
+-- broker that is not this Redis gets none; the workers' idle check sends one within a lease time.
 local function release_held()
-  local held = redis.call('SMEMBERS', K.held)
-  if #held == 0 then return end
-  redis.call('DEL', K.held)
-  for _, q in ipairs(held) do wake(q, '') end
+  local held = redis.call('HGETALL', K.held)
+  for i = 1, #held, 2 do
+    local q = held[i]
+    if tonumber(held[i + 1]) <= 1 then redis.call('HDEL', K.held, q) else redis.call('HINCRBY', K.held, q, -1) end
+    wake(q, '')
+  end
 end
 
 local function drop_from_queue(queue, bid)

@@ -2,7 +2,7 @@
 -- tenant its fair share lets it serve (farm.protocol.shares: `kind` the stage's resource kind, `kind_queues` the
 -- stage queues of that kind, comma-separated, where a tenant's cap counts its workers).
 -- Returns {requeued queues, batch, request, enqueued_at, state, payload, task, pipeline}, or {requeued
--- queues} when nothing waits (or only tenants at their cap wait: the queue is then held, see `release_held`).
+-- queues} when nothing waits (or only tenants at their cap wait: the token is then held, see `release_held`).
 local requeued = reclaim(tonumber(reclaim_limit), tonumber(max_attempts))
 local z = queue_key(queue, mode)  -- a scheduler picks from the order of its name: QPART.ebf or QPART.fcfs
 local fcfs = queue_key(queue, QPART.fcfs)
@@ -77,7 +77,7 @@ local function choose()
   if #members == 0 then return nil end
   local bid = fair_pick(members)
   if bid == false then
-    redis.call('SADD', K.held, queue)  -- woken when a worker of any stage is released (common.lua)
+    redis.call('HINCRBY', K.held, queue, 1)  -- its token is handed back at a release (common.lua)
     return nil
   end
   return bid
