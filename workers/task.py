@@ -125,6 +125,12 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     @signals.worker_shutting_down.connect(weak=False)
     def shutting_down(**_: Any) -> None:
         _wake_loop()
+        try:
+            d = Dispatch(settings)
+            roster.retiring(d.redis, d.keys, queue, name, time.time())
+            d.close()
+        except RedisError:
+            log.warning("could not mark farm worker %s as retiring", name)
         task_consumer = getattr(consumers[0], "task_consumer", None) if consumers else None
         cut_short_on_close(getattr(task_consumer, "channel", None), broker_url(settings))
 

@@ -81,6 +81,7 @@ class QueuePart:
     fcfs = "fcfs"  # zset: the stage's batches by the seq of each one's head (the scheduler `fcfs`)
     busy = "busy"  # hash: worker -> what it runs (`busy_record` in common.lua)
     seen = "seen"  # hash: worker -> its last heartbeat: the stage's registry of workers
+    leaving = "leaving"  # hash: worker -> when its warm shutdown began: it takes no more requests (fair shares)
     pending = "l:"  # list, then a batch's id: that batch's pending requests here (`pending_entry` in common.lua)
 
 

@@ -30,8 +30,17 @@ def beat(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
     redis.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
 
 
+def retiring(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
+    """The worker's warm shutdown began: it takes no more requests, so the stage's fair shares no longer count
+    it among the workers to divide (pick.lua), though its heartbeat keeps it on the roster until it is gone."""
+    redis.hset(keys.queue(queue, QueuePart.leaving), worker, repr(now))
+
+
 def leave(redis: Any, keys: Keys, queue: str, worker: str) -> None:
-    redis.hdel(keys.queue(queue, QueuePart.seen), worker)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hdel(keys.queue(queue, QueuePart.seen), worker)
+    pipe.hdel(keys.queue(queue, QueuePart.leaving), worker)
+    pipe.execute()
 
 
 def waiting(redis: Any, keys: Keys, queue: str) -> int:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings as hypothesis_settings, stra
 
 from farm import registry
 from farm.config import Settings
+from farm.protocol import roster
 from farm.protocol.calls import finish_call, open_call, submit_call
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.keys import Keys, QueuePart
@@ -165,3 +166,13 @@ def test_a_share_that_does_not_decode_counts_as_the_default_and_picks_go_on(farm
     farm.redis.hset(Keys(farm.settings.namespace).shares, "t1", "{not json")
     farm.redis.hset(Keys(farm.settings.namespace).shares, "t2", '{"w": -3, "cap": {"cpu": "x"}}')
     assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t1:b0"
+
+
+@pytest.mark.parametrize("retiring, served", [(0, "t2:b0"), (1, "t1:b1")])
+def test_a_worker_whose_warm_shutdown_began_is_not_among_the_workers_divided(farm, retiring, served):
+    # five workers, t2 holding two: t2 is entitled to 2.5 and, under it, wins by its earlier key; with one idle
+    # worker retiring there are four, t2 is entitled to two and the free worker serves t1
+    lay_out(farm, [("t2", 1.0), ("t1", 9.0)], {"t2": 2}, {}, 5, {})
+    for w in range(retiring):
+        roster.retiring(farm.redis, Keys(farm.settings.namespace), QUEUE, f"{QUEUE}-w{5 - w}", time.time())
+    assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == served

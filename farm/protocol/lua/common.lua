@@ -124,14 +124,21 @@ local function busy_by_tenant(queues)
   return out
 end
 
--- The stage's workers on its roster that beat within a lease time (a dead one's entry stays until pruned).
-local function live_workers(queue, lease_s)
-  local t, n = now(), 0
-  local seen = redis.call('HVALS', queue_key(queue, QPART.seen))
-  for _, at in ipairs(seen) do
-    if t - (tonumber(at) or 0) < lease_s then n = n + 1 end
+-- The stage's workers to divide between tenants, as the replay counts a pool's idle and busy ones: those busy,
+-- and those on its roster that beat within a lease time (a dead one's entry stays until pruned), are not busy
+-- and have not begun their warm shutdown (QPART.leaving: they take no more requests).
+local function stage_workers(queue, lease_s)
+  local busy = queue_key(queue, QPART.busy)
+  local leaving = queue_key(queue, QPART.leaving)
+  local t, idle = now(), 0
+  local seen = redis.call('HGETALL', queue_key(queue, QPART.seen))
+  for i = 1, #seen, 2 do
+    if t - (tonumber(seen[i + 1]) or 0) < lease_s and redis.call('HEXISTS', busy, seen[i]) == 0
+        and redis.call('HEXISTS', leaving, seen[i]) == 0 then
+      idle = idle + 1
+    end
   end
-  return n
+  return idle + redis.call('HLEN', busy)
 end
 
 -- A worker was released (finished, abandoned or reclaimed): a tenant at its cap may now be served. A pick that

@@ -38,8 +38,8 @@ local function fair_pick(members)
   for _, t in ipairs(waiting) do
     if shares[t].cap[kind] ~= nil then kind_use = busy_by_tenant(split(kind_queues, ',')); break end
   end
-  local busy_n = redis.call('HLEN', queue_key(queue, QPART.busy))
-  local workers = math.max(live_workers(queue, tonumber(lease_s)), busy_n + 1)
+  -- the picking worker is one of them, even if its last beat is older than a lease
+  local workers = math.max(stage_workers(queue, tonumber(lease_s)), redis.call('HLEN', queue_key(queue, QPART.busy)) + 1)
   local total = 0
   for _, t in ipairs(waiting) do total = total + shares[t].w end
   local open_t, under, n_under = {}, {}, 0
