@@ -1,23 +1,28 @@
 """Fair shares under a flood (issue 32's target): tenant A runs a steady trainer workload while tenant B floods
 the farm with ten times its share, and the pool cannot grow.
 
-    python bench/tenants.py [--workers 4] [--duration-s 40] [--period-s 2] [--a-size 6] [--b-service-s 2] \
-        [--rounds 1] [--redis URL] [--json]
+    python bench/tenants.py [--workers 4] [--duration-s 40] [--period-s 2] [--a-size 6] [--spread 0.8] \
+        [--b-service-s 2] [--rounds 1] [--redis URL] [--json]
 
 One embedded farm (the `synthetic` pipeline, `--workers` fixed compile workers and no planner: the pool's cap
 binds throughout). Per round, three phases, each on a fresh namespace:
 
-- `alone`: A opens a batch of `--a-size` requests of 0.5 s every `--period-s` for `--duration-s`;
+- `alone`: A opens a batch every `--period-s` for `--duration-s`, its `--a-size` requests of 0.5 s arriving one by
+  one over `--spread` of the period (generation ends them), about 1.5 of the 4 workers on average;
 - `flood`: the same, while B (another tenant, equal share) has opened, before A starts, batches of slow
   requests (`--b-service-s`) worth ten times its share of the run, and waits on their results all the while (its trainer's
   long polls); B's batches, opened first, have the earlier EBF keys;
+- `reserved`: the flood again, A's share reserved (`farm tenants set A --reserve`): held for it while it has an
+  open batch, though nothing of it waits;
 - `one-tenant`: the flood again with A's and B's batches both opened outside any tenant (one label: the
   farm before fair shares, EBF alone), for comparison.
 
 Printed per phase: A's mean and p95 extra delay (C - T of each of its batches, T from the requests' own arrivals
 and service times), B's mean busy workers while A ran (sampled from the stage's busy hash) against its share of
 the workers; and the targets: A's mean extra delay within D (the delay knob) and within 1.5x of `alone` in the
-same round; B at least its share.
+same round; B at least its share. Without a reservation the pick is work-conserving: B holds every worker A is
+not using, and each of A's requests waits for one of B's to end (s_B / (k + 1) on average, k of B's requests
+running, printed), which no pick that does not preempt avoids; with one, workers idle for A instead.
 """
 
 from __future__ import annotations
@@ -36,13 +41,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from farm.app import fair_shares  # noqa: E402
 from farm.app.embedded import EmbeddedFarm  # noqa: E402
 from farm.client.sync import RewardClient  # noqa: E402
 from farm.config import Settings  # noqa: E402
 from farm.knobs import Knobs  # noqa: E402
 from farm.protocol.keys import Keys, QueuePart  # noqa: E402
+from farm.protocol.shares import FairShare  # noqa: E402
 
 QUEUE = "synthetic.compile"
+PHASES = ("alone", "flood", "reserved", "one-tenant")
 A_SERVICE_S, B_BATCH = 0.5, 20
 
 
@@ -52,15 +60,21 @@ def extra_delay(results) -> float:
     return max(max(r.finished_at for r in results) - earliest, 0.0)
 
 
-def a_trainer(client: RewardClient, prefix: str, size: int, period_s: float, duration_s: float,
+def a_trainer(client: RewardClient, prefix: str, size: int, period_s: float, spread: float, duration_s: float,
               out: list[float]) -> None:
-    """A's steady workload: a batch every period, each waited on in its own thread (a pipelined trainer)."""
+    """A's steady trainer: a batch opened every period (rollout starts), its requests arriving one by one over
+    `spread` of the period as generation ends them, each batch waited on in its own thread."""
+    def one(n: int, opened: float) -> None:
+        batch = client.open_batch("bench-a", "synthetic", size, f"{prefix}a{n}")
+        for i in range(size):
+            time.sleep(max(0.0, opened + spread * period_s * (i + 1) / size - time.monotonic()))
+            batch.submit(f"r{i}", {"times": [A_SERVICE_S, 0]})
+        out.append(extra_delay(batch.gather(timeout=600)))
+
     threads, start = [], time.monotonic()
     n = 0
     while time.monotonic() - start < duration_s:
-        batch = client.open_batch("bench-a", "synthetic", size, f"{prefix}a{n}")
-        batch.submit_many([(f"r{i}", {"times": [A_SERVICE_S, 0]}) for i in range(size)])
-        t = threading.Thread(target=lambda b=batch: out.append(extra_delay(b.gather(timeout=600))), daemon=True)
+        t = threading.Thread(target=one, args=(n, start + n * period_s), daemon=True)
         t.start()
         threads.append(t)
         n += 1
@@ -97,11 +111,14 @@ def is_b(record: str) -> bool:
 def phase(settings: Settings, name: str, args) -> dict:
     run = f"{name}{uuid.uuid4().hex[:6]}"
     a_prefix, b_prefix = (f"{run}-", f"{run}-") if name == "one-tenant" else (f"t1:{run}-", f"t2:{run}-")
+    shares = {"t1": FairShare(reserve=True)} if name == "reserved" else {}
     delays: list[float] = []
     samples: list[int] = []
     stop = threading.Event()
     with RewardClient(settings) as client:
         keys, redis = Keys(settings.namespace), client.dispatch.redis
+        redis.delete(keys.shares)  # no planner here republishes the store's
+        fair_shares.put(redis, settings.namespace, shares)
         b_batches = []
         if name != "alone":
             share_s = args.workers / 2 * args.duration_s
@@ -115,7 +132,7 @@ def phase(settings: Settings, name: str, args) -> dict:
                 time.sleep(0.2)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        a_trainer(client, a_prefix, args.a_size, args.period_s, args.duration_s, delays)
+        a_trainer(client, a_prefix, args.a_size, args.period_s, args.spread, args.duration_s, delays)
         stop.set()
         sampler.join(timeout=5)
         for b in b_batches:
@@ -134,6 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--duration-s", type=float, default=40.0, help="how long A's trainer runs per phase")
     ap.add_argument("--period-s", type=float, default=2.0, help="A opens a batch this often")
     ap.add_argument("--a-size", type=int, default=6, help="requests of each of A's batches (0.5 s each)")
+    ap.add_argument("--spread", type=float, default=0.8, help="A's requests arrive over this part of the period")
     ap.add_argument("--b-service-s", type=float, default=2.0, help="the time of each of B's slow requests")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--redis", default=None, help="a Redis URL (default: the embedded farm's own)")
@@ -146,12 +164,14 @@ def main(argv=None) -> int:
     with EmbeddedFarm(settings=settings, workers={QUEUE: args.workers, "synthetic.execute": 0}) as farm:
         farm.wait_ready()
         for r in range(args.rounds):
-            phases = {p["phase"]: p for p in (phase(farm.settings, name, args) for name in ("alone", "flood", "one-tenant"))}
-            alone, flood = phases["alone"]["a_extra_delay_mean_s"], phases["flood"]["a_extra_delay_mean_s"]
-            rounds.append({"round": r, "phases": phases, "ratio": flood / alone if alone > 0 else None,
-                           "within_d": flood <= delay_s, "ratio_ok": flood <= 1.5 * alone or flood <= 0.05,
-                           "b_share": args.workers / 2,
-                           "b_at_least_share": phases["flood"]["b_busy_workers_mean"] >= args.workers / 2 - 0.25})
+            phases = {p["phase"]: p for p in (phase(farm.settings, name, args) for name in PHASES)}
+            alone = phases["alone"]["a_extra_delay_mean_s"]
+            checks = {}
+            for name in ("flood", "reserved"):
+                d, b = phases[name]["a_extra_delay_mean_s"], phases[name]["b_busy_workers_mean"]
+                checks[name] = {"ratio": d / alone if alone > 0 else None, "within_d": d <= delay_s,
+                                "ratio_ok": d <= 1.5 * alone, "b_at_least_share": b >= args.workers / 2 - 0.25}
+            rounds.append({"round": r, "phases": phases, "checks": checks, "b_share": args.workers / 2})
     # the least any work-conserving pick without preemption adds to A's wait behind the flood: its requests wait
     # for the first of B's running ones to end, s_B / (k + 1) on average with k staggered B workers
     residual = args.b_service_s / (args.workers + 1)
@@ -164,9 +184,15 @@ def main(argv=None) -> int:
         for p in rd["phases"].values():
             print(f"  {p['phase']:<11} A: {p['a_batches']} batches, extra delay mean {p['a_extra_delay_mean_s']:.3f} s"
                   f" p95 {p['a_extra_delay_p95_s']:.3f} s   B: {p['b_busy_workers_mean']:.2f} workers busy")
-        ratio = "-" if rd["ratio"] is None else f"{rd['ratio']:.2f}"
-        print(f"  flood/alone {ratio} (target <= 1.5)  within D: {rd['within_d']}  B >= its share: "
-              f"{rd['b_at_least_share']}")
+        for name, c in rd["checks"].items():
+            ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+            print(f"  {name}/alone {ratio} (target <= 1.5: {c['ratio_ok']})  within D: {c['within_d']}  "
+                  f"B >= its share: {c['b_at_least_share']}")
+    if len(rounds) > 1:
+        for name in ("flood", "reserved"):
+            ratios = [rd["checks"][name]["ratio"] for rd in rounds if rd["checks"][name]["ratio"] is not None]
+            if ratios:
+                print(f"median {name}/alone over {len(ratios)} rounds: {statistics.median(ratios):.2f}")
     print(f"the wait for one of B's running requests to end, which no pick without preemption avoids: "
           f"{residual:.3f} s on average")
     return 0

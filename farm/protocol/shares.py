@@ -34,6 +34,9 @@ class ShareError(ValueError):
 class FairShare:
     share: float = 1.0  # the tenant's weight against the others with work waiting at a stage
     max_workers: Mapping[str, int] = field(default_factory=dict)  # resource kind -> most workers at once
+    # the share is held for the tenant while it has an open batch, even when nothing of it waits: workers idle
+    # rather than serve others beyond their shares (a guarantee, paid in idle workers; off by default)
+    reserve: bool = False
 
     def __post_init__(self) -> None:
         s = self.share
@@ -47,6 +50,8 @@ class FairShare:
             # a cap of 0 would leave the tenant's requests waiting for ever, with no message saying why
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ShareError(f"max_workers {kind}: must be a whole number >= 1, not {n!r:.100}")
+        if not isinstance(self.reserve, bool):
+            raise ShareError(f"reserve must be true or false, not {self.reserve!r:.100}")
         object.__setattr__(self, "share", float(s))
         object.__setattr__(self, "max_workers", MappingProxyType(dict(sorted(self.max_workers.items()))))
 
@@ -54,7 +59,7 @@ class FairShare:
         return self.max_workers.get(kind)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"share": self.share, "max_workers": dict(self.max_workers)}
+        return {"share": self.share, "max_workers": dict(self.max_workers), "reserve": self.reserve}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "FairShare":
@@ -63,21 +68,22 @@ class FairShare:
             return cls()
         if not isinstance(data, Mapping):
             raise ShareError(f"a fair share must be an object, not {data!r:.100}")
-        unknown = set(data) - {"share", "max_workers"}
+        unknown = set(data) - {"share", "max_workers", "reserve"}
         if unknown:
-            raise ShareError(f"unknown fair-share settings {sorted(unknown)}; known: ['max_workers', 'share']")
-        return cls(data.get("share", 1.0), dict(data.get("max_workers") or {}))
+            raise ShareError(f"unknown fair-share settings {sorted(unknown)}; known: ['max_workers', 'reserve', 'share']")
+        return cls(data.get("share", 1.0), dict(data.get("max_workers") or {}), data.get("reserve", False))
 
     def encode(self) -> str:
-        """What `Keys.shares` holds for the tenant (pick.lua's `share_of` reads `w` and `cap`)."""
-        return json.dumps({"w": self.share, "cap": dict(self.max_workers)}, separators=(",", ":"))
+        """What `Keys.shares` holds for the tenant (pick.lua's `share_of` reads `w`, `cap` and `r`)."""
+        return json.dumps({"w": self.share, "cap": dict(self.max_workers), **({"r": True} if self.reserve else {})},
+                          separators=(",", ":"))
 
     @classmethod
     def decode(cls, raw: str | bytes | None) -> "FairShare":
         if raw is None:
             return cls()
         data = json.loads(raw)
-        return cls(data.get("w", 1.0), data.get("cap") or {})
+        return cls(data.get("w", 1.0), data.get("cap") or {}, data.get("r") is True)
 
 
 DEFAULT = FairShare()
@@ -123,23 +129,35 @@ def entitled(workers: int, share: float, waiting_shares: float) -> float:
     return workers * share / waiting_shares
 
 
+def _uncapped(t: str, shares: Mapping[str, FairShare], kind_use: Mapping[str, int], kind: str) -> bool:
+    c = shares.get(t, DEFAULT).cap(kind)
+    return c is None or kind_use.get(t, 0) < c
+
+
 def eligible(waiting: Iterable[str], shares: Mapping[str, FairShare], use: Mapping[str, int],
-             kind_use: Mapping[str, int], workers: int, kind: str) -> list[str]:
+             kind_use: Mapping[str, int], workers: int, kind: str, reserving: Iterable[str] = ()) -> list[str]:
     """The tenants (labels) of `waiting` a free worker of the stage may serve now, in `waiting`'s order.
 
     `use`: each tenant's busy workers at this stage; `kind_use`: at every stage of the stage's `kind`;
-    `workers`: the stage's workers, the free one included. A tenant at its cap of the kind is out. Of the
-    others, those under their entitlement; when rounding leaves none (one worker, two tenants), those
-    furthest below it (least use per share), so the rule is work-conserving.
+    `workers`: the stage's workers, the free one included; `reserving`: the tenants whose share is reserved
+    (`FairShare.reserve`) with an open batch that visits the stage, waiting here or not. A tenant at its cap of
+    the kind is out. Of the others, those under their entitlement. When none is, the worker is held for a
+    reserving tenant under its own (none served); else those furthest below their entitlement (least use per
+    share, one worker for two tenants), so without reservations the rule is work-conserving.
     """
     waiting = list(dict.fromkeys(waiting))
-    open_ = [t for t in waiting if (c := shares.get(t, DEFAULT).cap(kind)) is None or kind_use.get(t, 0) < c]
+    held_for = [t for t in dict.fromkeys(reserving) if t not in waiting]
+    open_ = [t for t in waiting if _uncapped(t, shares, kind_use, kind)]
     if not open_:
         return []
-    total = sum(shares.get(t, DEFAULT).share for t in waiting)  # the capped ones still count: their share stays theirs
+    # the capped ones still count: their share stays theirs
+    total = sum(shares.get(t, DEFAULT).share for t in waiting + held_for)
     under = [t for t in open_ if use.get(t, 0) < entitled(workers, shares.get(t, DEFAULT).share, total)]
     if under:
         return under
+    if any(_uncapped(t, shares, kind_use, kind) and use.get(t, 0) < entitled(workers, shares.get(t, DEFAULT).share,
+                                                                             total) for t in held_for):
+        return []
     least = min(use.get(t, 0) / shares.get(t, DEFAULT).share for t in open_)
     return [t for t in open_ if use.get(t, 0) / shares.get(t, DEFAULT).share == least]
 

@@ -308,14 +308,18 @@ class FarmState:
         batches = self.batches
         waiting = list(dict.fromkeys(batches[j].tenant for j in p.queues))
         kind = self.kinds[k]
-        if len(waiting) == 1 and self.shares.get(waiting[0], FairShare()).cap(kind) is None:
+        # a reserving tenant's share is held while it has an open batch (the replay's pipeline is one: every
+        # batch visits its stages, as a live batch lists its pipeline's queues)
+        reserving = [t for t in dict.fromkeys(b.tenant for b in self.active.values())
+                     if self.shares.get(t, FairShare()).reserve and t not in waiting]
+        if len(waiting) == 1 and self.shares.get(waiting[0], FairShare()).cap(kind) is None and not reserving:
             return p.queues
         kind_use: dict[str, int] = {}
         for (j, _), other in self.pools.items():
             if self.kinds[j] == kind:
                 for t, n in other.held.items():
                     kind_use[t] = kind_use.get(t, 0) + n
-        ok = set(eligible(waiting, self.shares, p.held, kind_use, p.idle + p.busy, kind))
+        ok = set(eligible(waiting, self.shares, p.held, kind_use, p.idle + p.busy, kind, reserving))
         if not ok:
             return None
         return [j for j in p.queues if batches[j].tenant in ok]

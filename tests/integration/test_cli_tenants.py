@@ -186,6 +186,14 @@ def test_set_share_alone_keeps_the_caps_and_the_limits(env, db):
     assert tenant.fair_share == FairShare(3.0, {"gpu": 4}) and tenant.limits.open_batches == 5
 
 
+def test_reserve_holds_a_tenants_share_and_no_reserve_gives_it_back_keeping_the_rest(env, db):
+    farm(env, "create", "acme", "--share", "2", "--max-workers", "gpu=4", "--reserve")
+    assert get_tenant(db, "acme").fair_share == FairShare(2.0, {"gpu": 4}, reserve=True)
+    assert "2 reserved" in farm({**env, "COLUMNS": "250"}, "list").output
+    assert farm(env, "set", "acme", "--no-reserve").exit_code == 0
+    assert get_tenant(db, "acme").fair_share == FairShare(2.0, {"gpu": 4})
+
+
 @pytest.mark.parametrize("args,needle", [(["--share", "0"], "share must be a number > 0"),
                                          (["--max-workers", "gpu"], "KIND=N"),
                                          (["--max-workers", "gpu=0"], "must be a whole number >= 1"),
@@ -204,7 +212,8 @@ def test_list_shows_each_tenants_share_and_caps(env):
     table = farm({**env, "COLUMNS": "250"}, "list")
     assert table.exit_code == 0 and "2.5" in table.output and "gpu=4" in table.output
     assert json.loads(farm(env, "list", "--json").output)[0]["fair_share"] == {"share": 2.5,
-                                                                             "max_workers": {"gpu": 4}}
+                                                                             "max_workers": {"gpu": 4},
+                                                                             "reserve": False}
 
 
 def test_create_set_and_revoke_publish_the_shares_to_the_farms_redis(env, settings):

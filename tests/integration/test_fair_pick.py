@@ -47,15 +47,18 @@ def farm(redis_url):
     d.close()
 
 
-def lay_out(d: Dispatch, batches, busy, other_busy, roster: int, shares) -> None:
-    """`batches`: (tenant, EBF key) in submit order; `busy`/`other_busy`: tenant -> its workers at QUEUE/OTHER."""
+def lay_out(d: Dispatch, batches, busy, other_busy, roster: int, shares, idle_open=(), size: int = 1) -> None:
+    """`batches`: (tenant, EBF key) in submit order, one request waiting in each (of `size`); `busy`/`other_busy`:
+    tenant -> its workers at QUEUE/OTHER; `idle_open`: tenants with an open batch of nothing submitted yet."""
     synthetic = registry.get("synthetic")
     keys = Keys(d.settings.namespace)
     for n, (tenant, key) in enumerate(batches):
         bid = f"{_tenant(tenant)}b{n}"
-        d.run(open_call("t", synthetic, 1, bid, None, 0.0))
+        d.run(open_call("t", synthetic, size, bid, None, 0.0))
         assert d.set_estimate(bid, key)
         d.run(submit_call(d.settings, synthetic, bid, "r", {"times": [1, 0]}, None, float(n)))
+    for tenant in idle_open:
+        d.run(open_call("t", synthetic, 1, f"{_tenant(tenant)}idle", None, 0.0))
     r, now = d.redis, time.time()
     for queue, held in ((QUEUE, busy), (OTHER, other_busy)):
         w = 0
@@ -71,11 +74,12 @@ def lay_out(d: Dispatch, batches, busy, other_busy, roster: int, shares) -> None
         r.hset(keys.shares, tenant, share.encode())
 
 
-def expected(batches, busy, other_busy, roster: int, shares) -> str | None:
+def expected(batches, busy, other_busy, roster: int, shares, idle_open=()) -> str | None:
     waiting = [t for t, _ in batches]
     kind_use = {t: busy.get(t, 0) + other_busy.get(t, 0) for t in set(busy) | set(other_busy)}
     workers = max(roster, sum(busy.values()) + 1)
-    ok = eligible(waiting, shares, busy, kind_use, workers, "cpu")
+    reserving = [t for t in idle_open if shares.get(t, FairShare()).reserve]
+    ok = eligible(waiting, shares, busy, kind_use, workers, "cpu", reserving)
     fair = [(key, n) for n, (t, key) in enumerate(batches) if t in ok]
     if not fair:
         return None
@@ -90,23 +94,25 @@ def layouts(draw):
     busy = {t: draw(st.integers(0, 3)) for t in labels}
     other_busy = {t: draw(st.integers(0, 2)) for t in labels}
     shares = {t: FairShare(draw(st.sampled_from([0.5, 1.0, 2.0])), draw(st.sampled_from([{}, {"cpu": 2},
-                                                                                          {"cpu": 4}, {"gpu": 1}])))
+                                                                                          {"cpu": 4}, {"gpu": 1}])),
+                           draw(st.booleans()))
               for t in labels if draw(st.booleans())}
     roster = draw(st.integers(0, sum(busy.values()) + 4))
-    return batches, busy, other_busy, roster, shares
+    idle_open = [t for t in labels if t != "-" and draw(st.booleans())]  # an open batch with nothing waiting
+    return batches, busy, other_busy, roster, shares, idle_open
 
 
 @hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(layouts())
 def test_the_live_pick_serves_the_batch_the_fair_share_rule_chooses(redis_url, layout):
-    batches, busy, other_busy, roster, shares = layout
+    batches, busy, other_busy, roster, shares, idle_open = layout
     ns = f"fp{uuid.uuid4().hex[:10]}"
     d = Dispatch(Settings(redis_url=redis_url, namespace=ns, lease_s=3600.0))
     try:
-        lay_out(d, batches, busy, other_busy, roster, shares)
+        lay_out(d, batches, busy, other_busy, roster, shares, idle_open)
         reply = d.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE, OTHER))
         picked = reply[1] if len(reply) > 1 else None
-        assert picked == expected(batches, busy, other_busy, roster, shares), layout
+        assert picked == expected(batches, busy, other_busy, roster, shares, idle_open), layout
     finally:
         for key in d.redis.scan_iter(match=f"{ns}*", count=1000):
             d.redis.delete(key)
@@ -148,7 +154,9 @@ def test_every_token_a_capped_pick_swallowed_is_handed_back_one_release_at_a_tim
     # three of t1's requests, a cap of one: two picks find t1 at its cap; each of the next two releases hands back
     # one token, so the last request is not left without one (a wake-up lost would leave it to the idle check)
     keys = Keys(farm.settings.namespace)
-    lay_out(farm, [("t1", 1.0), ("t1", 2.0), ("t1", 3.0)], {}, {}, 3, {"t1": FairShare(max_workers={"cpu": 1})})
+    # (batches of two, one submitted: none ends, which would hand every token back)
+    lay_out(farm, [("t1", 1.0), ("t1", 2.0), ("t1", 3.0)], {}, {}, 3, {"t1": FairShare(max_workers={"cpu": 1})},
+            size=2)
     assert farm.pick(QUEUE, "w1", "ebf", "tok1", "cpu", (QUEUE,))[1] == "t1:b0"
     for worker in ("w2", "w3"):
         assert len(farm.pick(QUEUE, worker, "ebf", f"tok-{worker}", "cpu", (QUEUE,))) == 1
@@ -176,3 +184,23 @@ def test_a_worker_whose_warm_shutdown_began_is_not_among_the_workers_divided(far
     for w in range(retiring):
         roster.retiring(farm.redis, Keys(farm.settings.namespace), QUEUE, f"{QUEUE}-w{5 - w}", time.time())
     assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == served
+
+
+def test_a_worker_is_held_for_a_reserving_tenant_with_an_open_batch_and_handed_back_when_it_ends(farm):
+    # four workers, t2 holds two: t1's reserved share of two is held for it while its batch is open, though
+    # nothing of t1's waits; once that batch ends, the worker serves t2
+    keys = Keys(farm.settings.namespace)
+    lay_out(farm, [("t2", 1.0)], {"t2": 2}, {}, 4, {"t1": FairShare(reserve=True)}, idle_open=["t1"])
+    assert len(farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))) == 1
+    assert farm.redis.hget(keys.held, QUEUE) == "1"
+    tokens = farm.redis.llen(keys.broker(QUEUE))
+    assert farm.cancel("t1:idle") == "cancelled"
+    assert not farm.redis.hexists(keys.held, QUEUE)
+    if farm.lua_tokens:
+        assert farm.redis.llen(keys.broker(QUEUE)) == tokens + 1
+    assert farm.pick(QUEUE, "free", "ebf", "tok2", "cpu", (QUEUE,))[1] == "t2:b0"
+
+
+def test_a_tenant_that_does_not_reserve_its_share_leaves_it_to_the_others_while_nothing_of_it_waits(farm):
+    lay_out(farm, [("t2", 1.0)], {"t2": 2}, {}, 4, {}, idle_open=["t1"])
+    assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t2:b0"

@@ -155,3 +155,38 @@ def test_a_bound_holds_a_cluster_to_the_smaller_of_its_room_and_the_caps():
     cluster = Capacity(placeable={"gpu": 2}, most={"gpu": 8})
     assert within(cluster, {"gpu": 5}).limit("gpu") == 5 and within(cluster, {"gpu": 5}).ready("gpu") == 2
     assert within(cluster, {"gpu": 1}).ready("gpu") == 1
+
+
+def test_a_reserved_share_survives_its_json_and_its_redis_form():
+    s = FairShare(2.0, {"gpu": 1}, reserve=True)
+    assert FairShare.from_dict(s.to_dict()) == s and FairShare.decode(s.encode()) == s
+    assert '"r"' not in FairShare().encode()  # an unreserved share is encoded as before
+    with pytest.raises(ShareError, match="reserve must be"):
+        FairShare.from_dict({"reserve": "yes"})
+
+
+def test_a_worker_is_held_for_a_reserving_tenant_under_its_share_though_nothing_of_it_waits():
+    shares = {"a": FairShare(reserve=True)}
+    # four workers, b holds two: a is entitled to two and holds none, so the free worker waits for a
+    assert eligible(["b"], shares, {"b": 2}, {}, 4, "cpu", reserving=["a"]) == []
+    # b under its own entitlement is served as ever
+    assert eligible(["b"], shares, {"b": 1}, {}, 4, "cpu", reserving=["a"]) == ["b"]
+
+
+def test_a_reserving_tenant_at_its_share_or_its_cap_holds_no_worker():
+    at_share = {"a": FairShare(reserve=True)}
+    assert eligible(["b"], at_share, {"b": 2, "a": 2}, {}, 5, "cpu", reserving=["a"]) == ["b"]
+    capped = {"a": FairShare(max_workers={"cpu": 1}, reserve=True)}
+    assert eligible(["b"], capped, {"b": 2}, {"a": 1}, 4, "cpu", reserving=["a"]) == ["b"]
+
+
+@given(cases(), st.lists(st.sampled_from(["r1", "r2"]), unique=True))
+def test_a_worker_stays_free_only_for_a_cap_or_a_reserving_tenant_under_its_share(case, reserving):
+    waiting, shares, use, kind_use, workers = case
+    shares = {**shares, **{r: FairShare(reserve=True) for r in reserving}}
+    served = eligible(waiting, shares, use, kind_use, workers, "cpu", reserving)
+    assert set(served) <= set(waiting)
+    uncapped = [t for t in waiting if (c := shares.get(t, FairShare()).cap("cpu")) is None or kind_use[t] < c]
+    if not served and uncapped:
+        total = sum(shares.get(t, FairShare()).share for t in [*waiting, *reserving])
+        assert any(use.get(r, 0) < workers * shares[r].share / total for r in reserving)

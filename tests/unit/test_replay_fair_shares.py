@@ -61,3 +61,14 @@ def test_the_planner_asks_for_no_more_workers_than_the_caps_of_the_tenants_with_
     shares = {"a": FairShare(max_workers={"cpu": 1}), "b": FairShare(max_workers={"cpu": 2})}
     result = evaluate(flood(), Knobs(policy="ideal"), shares=shares)
     assert max(counts[0] for _, counts in result.timeline) <= 3
+
+
+def test_a_reserved_share_is_held_idle_for_its_tenant_while_its_batch_is_open():
+    # A's batch opens at 0, its two 1 s requests arrive at 5 s; B floods at 0 with 10 s requests
+    batches = [TraceBatch("flood", n, 0.0, [[0.0, 10.0]] * 4, tenant="b") for n in range(10)]
+    batches.append(TraceBatch("steady", 0, 0.0, [[5.0, 1.0]] * 2, tenant="a"))
+    trace = Trace(STAGES, tuple(batches))
+    shared = evaluate(trace, Knobs(policy="static:4"))
+    reserved = evaluate(trace, Knobs(policy="static:4"), shares={"a": FairShare(reserve=True)})
+    assert completed(reserved, "steady").max() == 6.0  # served on arrival by the two workers held for it
+    assert completed(shared, "steady").max() > 10.0  # behind the first of B's requests to end

@@ -85,14 +85,18 @@ def share_options(fn):
                       help=f"Most workers of a resource kind ({', '.join(RESOURCES)}) its requests hold at once, "
                            "e.g. gpu=4 (repeatable); KIND=none removes that cap. Caps not named stay as they are. "
                            "Default: no cap.")(fn)
+    fn = click.option("--reserve/--no-reserve", "reserve", default=None,
+                      help="Hold its share of a stage's workers for it while it has an open batch, even when nothing "
+                           "of it waits there (a guarantee paid in idle workers). Default: not reserved.")(fn)
     return click.option("--share", type=float, default=None, metavar="W",
                         help="Its weight when a stage's workers are divided between the tenants with work waiting "
                              "there (default 1: equal shares; 2 gets twice a tenant of 1).")(fn)
 
 
-def _fair_share(base: FairShare, share: float | None, max_workers: tuple[str, ...]) -> FairShare | None:
-    """`base` with `--share` and `--max-workers` applied in the order given; None when neither is given."""
-    if share is None and not max_workers:
+def _fair_share(base: FairShare, share: float | None, max_workers: tuple[str, ...],
+                reserve: bool | None = None) -> FairShare | None:
+    """`base` with `--share`, `--max-workers` (in the order given) and `--reserve` applied; None when none is given."""
+    if share is None and not max_workers and reserve is None:
         return None
     caps = dict(base.max_workers)
     for item in max_workers:
@@ -104,7 +108,7 @@ def _fair_share(base: FairShare, share: float | None, max_workers: tuple[str, ..
             caps.pop(kind.strip(), None)
         else:
             caps.update(parse_max_workers([item]))
-    return FairShare(base.share if share is None else share, caps)
+    return FairShare(base.share if share is None else share, caps, base.reserve if reserve is None else reserve)
 
 
 def _caps(fair_share: FairShare) -> str:
@@ -198,12 +202,12 @@ def tenants() -> None:
 @click.option("--operator", is_flag=True, help="An operator: its token opens the gateway's farm page (/ui), which shows "
               "every tenant's batches, the pools, costs and knobs.")
 @json_option
-def create(name, database_url, replay, config_json, share, max_workers, redis_user, redis_url, operator, as_json,
+def create(name, database_url, replay, config_json, share, max_workers, reserve, redis_user, redis_url, operator, as_json,
            **limit_values) -> None:
     """A new tenant and its API token."""
     limits = _run(_limits, TenantLimits(), _given(limit_values))
     config = _config(config_json, replay)
-    fair_share = _run(_fair_share, FairShare(), share, max_workers)
+    fair_share = _run(_fair_share, FairShare(), share, max_workers, reserve)
     if redis_user and not redis_url:
         raise click.UsageError("--redis-user needs the farm's Redis: --redis-url or FARM_REDIS_URL")
     engine = open_engine(database_url)
@@ -239,7 +243,8 @@ def list_(database_url, as_json) -> None:
         table.add_column(column)
     for t in found:
         table.add_row(str(t.id), t.name, f"{t.token_prefix}...", _when(t.created_at), _when(t.revoked_at),
-                      *(str(getattr(t.limits, f.name)) for f in _LIMITS), f"{t.fair_share.share:g}",
+                      *(str(getattr(t.limits, f.name)) for f in _LIMITS),
+                      f"{t.fair_share.share:g}" + (" reserved" if t.fair_share.reserve else ""),
                       _caps(t.fair_share), json.dumps(dict(t.config)) if t.config else "-",
                       "yes" if t.operator else "-")
     Console().print(table)
@@ -252,22 +257,22 @@ def list_(database_url, as_json) -> None:
 @share_options
 @redis_option
 @json_option
-def set_(name, database_url, replay, config_json, share, max_workers, redis_url, as_json, **limit_values) -> None:
+def set_(name, database_url, replay, config_json, share, max_workers, reserve, redis_url, as_json, **limit_values) -> None:
     """Change a tenant's limits, config or fair share (only what is given; caps not named stay)."""
     given = _given(limit_values)
-    if (config_json is None and replay is None and share is None and not max_workers
+    if (config_json is None and replay is None and share is None and not max_workers and reserve is None
             and all(value is None for value in given.values())):
         options = ", ".join(f"--{f.name.replace('_', '-')}" for f in _LIMITS)
-        raise click.UsageError(f"nothing to set: give {options}, --share, --max-workers, --config or "
+        raise click.UsageError(f"nothing to set: give {options}, --share, --max-workers, --[no-]reserve, --config or "
                                "--[no-]replay-identical")
     _config(config_json)  # checked before anything is read or written
-    _run(_fair_share, FairShare(), share, max_workers)
+    _run(_fair_share, FairShare(), share, max_workers, reserve)
     engine = open_engine(database_url)
     stored = _run(get_tenant, engine, name)
     config = _config(config_json, replay, stored.config if replay is not None else None)
     # what is not given keeps its stored value (an operator's command: no concurrent writer to race)
     limits = _run(_limits, stored.limits, given)
-    fair_share = _run(_fair_share, stored.fair_share, share, max_workers)
+    fair_share = _run(_fair_share, stored.fair_share, share, max_workers, reserve)
     tenant = _run(update_tenant, engine, name, limits=limits, config=config, fair_share=fair_share)
     _publish(redis_url, engine, changed=fair_share is not None)
     click.echo(json.dumps(_row(tenant)) if as_json else f"tenant {name!r}: limits {tenant.limits.to_dict()}, "

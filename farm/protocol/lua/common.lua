@@ -107,9 +107,29 @@ local function share_of(t)
     if type(s.cap) == 'table' then
       for kind, n in pairs(s.cap) do if tonumber(n) then cap[kind] = tonumber(n) end end
     end
-    share_cache[t] = {w = w, cap = cap}
+    share_cache[t] = {w = w, cap = cap, r = (s.r == true)}
   end
   return share_cache[t]
+end
+
+-- The tenants whose share is reserved (FairShare.reserve) with an open batch that visits `queue`, other than
+-- those in `skip` (a set): a worker is held for them while they are under their share.
+local function reserving(queue, skip)
+  local want, any = {}, false
+  local all = redis.call('HKEYS', K.shares)
+  for _, t in ipairs(all) do
+    if not skip[t] and share_of(t).r then want[t] = true; any = true end
+  end
+  local out = {}
+  if not any then return out end
+  for _, bid in ipairs(redis.call('ZRANGE', K.batches, 0, -1)) do
+    local t = tenant_of(bid)
+    if want[t] then
+      local qs = redis.call('HGET', batch_key(bid), 'queues') or ''
+      if string.find(',' .. qs .. ',', ',' .. queue .. ',', 1, true) then out[#out + 1] = t; want[t] = nil end
+    end
+  end
+  return out
 end
 
 -- Busy workers per tenant over stage queues (their `busy` hashes, `busy_record` above).
@@ -146,12 +166,13 @@ end
 -- per queue), so each release hands one back to every such queue: a release frees at most one worker of a cap,
 -- and a token handed back while the tenant is still at its cap is swallowed and counted again, never lost. A
 -- broker that is not this Redis gets none; the workers' idle check sends one within a lease time.
-local function release_held()
+local function release_held(every)
   local held = redis.call('HGETALL', K.held)
   for i = 1, #held, 2 do
-    local q = held[i]
-    if tonumber(held[i + 1]) <= 1 then redis.call('HDEL', K.held, q) else redis.call('HINCRBY', K.held, q, -1) end
-    wake(q, '')
+    local q, n = held[i], tonumber(held[i + 1])
+    -- `every`: a batch ended, and a worker held for its tenant's reservation may serve the others now
+    if every or n <= 1 then redis.call('HDEL', K.held, q) else redis.call('HINCRBY', K.held, q, -1) end
+    for _ = 1, (every and n or 1) do wake(q, '') end
   end
 end
 
@@ -212,6 +233,7 @@ local function touch(bid) redis.call('ZADD', K.seen, now(), bid) end
 -- farm. `ending`: more fields for the end marker of its done stream (what a returning trainer is told).
 local function close_batch(bid, state, at, ending)
   local b = batch_key(bid)
+  release_held(true)
   redis.call('HSET', b, 'state', state, 'closed_at', at)
   redis.call('ZREM', K.batches, bid)
   redis.call('ZREM', K.seen, bid)

@@ -32,16 +32,18 @@ local function fair_pick(members)
   end
   local shares = {}
   for _, t in ipairs(waiting) do shares[t] = share_of(t) end
-  if #waiting == 1 and shares[waiting[1]].cap[kind] == nil then return most_urgent() end
+  local held_for = reserving(queue, seen_t)
+  if #waiting == 1 and shares[waiting[1]].cap[kind] == nil and #held_for == 0 then return most_urgent() end
+  for _, t in ipairs(held_for) do shares[t] = share_of(t) end
   local use = busy_by_tenant({queue})
   local kind_use = use
-  for _, t in ipairs(waiting) do
-    if shares[t].cap[kind] ~= nil then kind_use = busy_by_tenant(split(kind_queues, ',')); break end
+  for t, s in pairs(shares) do
+    if s.cap[kind] ~= nil then kind_use = busy_by_tenant(split(kind_queues, ',')); break end
   end
   -- the picking worker is one of them, even if its last beat is older than a lease
   local workers = math.max(stage_workers(queue, tonumber(lease_s)), redis.call('HLEN', queue_key(queue, QPART.busy)) + 1)
   local total = 0
-  for _, t in ipairs(waiting) do total = total + shares[t].w end
+  for _, t in pairs(shares) do total = total + t.w end  -- the capped ones count too: their share stays theirs
   local open_t, under, n_under = {}, {}, 0
   for _, t in ipairs(waiting) do
     local cap = shares[t].cap[kind]
@@ -51,6 +53,14 @@ local function fair_pick(members)
     end
   end
   if #open_t == 0 then return false end
+  if n_under == 0 then
+    for _, t in ipairs(held_for) do  -- the worker is held for a reserving tenant under its share
+      local cap = shares[t].cap[kind]
+      if (cap == nil or (kind_use[t] or 0) < cap) and (use[t] or 0) < workers * shares[t].w / total then
+        return false
+      end
+    end
+  end
   if n_under == 0 then  -- rounding left none under (one worker, two tenants): those furthest below
     local least = nil
     for _, t in ipairs(open_t) do
