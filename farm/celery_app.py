@@ -42,7 +42,13 @@ def make_app(settings: Settings, *, send_events: bool = False) -> Celery:
         # polling_interval is the Redis transport's BRPOP timeout: each one wakes an idle worker and Redis
         # for an empty reply (at a quarter second, four a second: most of an idle farm's CPU). A worker's warm
         # shutdown waits for its outstanding BRPOP to return, which workers.broker_poll makes at once.
-        broker_transport_options={"visibility_timeout": 3600, "polling_interval": BRPOP_TIMEOUT_S},
+        # No ack emulation: kombu's would copy every token into an `unacked` hash as it is taken and delete it
+        # at the ack, two transactions per token, only so that a token a dead worker held comes back after the
+        # visibility timeout, an hour later. Leases recover the requests, and a lost token is re-sent by an
+        # idle worker (workers.stage.StageWorker.wake_if_pending); a warm shutdown still puts the token it had
+        # taken back in its queue (kombu's in-memory QoS restores it).
+        broker_transport_options={"visibility_timeout": 3600, "polling_interval": BRPOP_TIMEOUT_S,
+                                  "ack_emulation": False},
     )
     return app
 

@@ -63,14 +63,27 @@ def beat_intervals(lease_s: float) -> tuple[float, float]:
 
 
 class Hold:
-    """The request a worker runs: its lease token and a flag the stage code polls via ctx.cancelled()."""
+    """The request a worker runs: its lease token, a flag the stage code polls via ctx.cancelled(), and when
+    it was picked (monotonic): the pick is the hold's first beat."""
 
-    __slots__ = ("token", "batch", "stop")
+    __slots__ = ("token", "batch", "stop", "picked")
 
     def __init__(self, token: str, batch: str) -> None:
         self.token = token
         self.batch = batch
         self.stop = threading.Event()
+        self.picked = time.monotonic()
+
+
+def next_beat(last_beat: float, hold: Hold | None, busy: float, idle: float) -> float:
+    """When the heartbeat is due (monotonic). Idle, `idle` after the last beat. Holding a request, `busy` after
+    the last beat or the pick, whichever came later: the pick just took a fresh lease on a batch it found
+    open and noted the worker seen, which is all a beat does, so a request served in less than the busy
+    period costs no beat; and never later than the idle cadence, which keeps the roster and the sweeps going
+    for a worker that serves one short request after another."""
+    if hold is None:
+        return last_beat + idle
+    return min(last_beat + idle, max(last_beat, hold.picked) + busy)
 
 
 class StageWorker:
@@ -203,18 +216,20 @@ class StageWorker:
         while True:
             # idle, a beat every third of a lease keeps the worker on the roster; a hold taken meanwhile
             # nudges the wait down to the busy cadence, so its lease and cancellation are watched as before
-            due = last_beat + (busy if self.hold is not None else idle)
-            if self._nudge.wait(max(0.0, due - time.monotonic())):
+            if self._nudge.wait(max(0.0, next_beat(last_beat, self.hold, busy, idle) - time.monotonic())):
                 self._nudge.clear()
                 if self._stopped.is_set():
                     return
                 continue
+            hold = self.hold
+            if time.monotonic() < next_beat(last_beat, hold, busy, idle):
+                continue  # the hold it waited on ended: the wait goes on at the idle cadence
             last_beat = time.monotonic()
             try:
-                hold = self.hold
-                if hold is not None and self.dispatch.heartbeat(hold.token, hold.batch) != "open":
+                if hold is None:
+                    roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
+                elif self.dispatch.heartbeat(hold.token, hold.batch, self.queue, self.name, time.time()) != "open":
                     hold.stop.set()  # cancelled batch or lost lease: the stage may stop, its result is discarded
-                roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
                 if hold is None and time.monotonic() - self.last_active > self.settings.lease_s:
                     self.last_active = time.monotonic()
                     self.wake_if_pending()

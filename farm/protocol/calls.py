@@ -292,8 +292,11 @@ def lapse_call(worker: str, queue: str) -> Call:
     return LAPSE.call(worker=worker, queue=queue)
 
 
-def heartbeat_call(token: str, lease_s: float, batch_id: str) -> Call:
-    return HEARTBEAT.call(token=token, lease_s=str(lease_s), batch=batch_id)
+def heartbeat_call(token: str, lease_s: float, batch_id: str, queue: str = "", worker: str = "",
+                   now: float | None = None) -> Call:
+    """Renew a lease; with `queue`, `worker` is also noted seen at `now` on its roster (farm.protocol.roster)."""
+    return HEARTBEAT.call(token=token, lease_s=str(lease_s), batch=batch_id, queue=queue, worker=worker,
+                          at="" if now is None else repr(now))
 
 
 def abandon_call(worker: str, queue: str, status: Status, message: str, now: float) -> Call:

@@ -74,8 +74,12 @@ class Dispatch:
              kind_queues: tuple[str, ...] = ()):
         return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token, kind, kind_queues))
 
-    def heartbeat(self, token: str, batch_id: str) -> str:
-        return self.run(heartbeat_call(token, self.settings.lease_s, batch_id))
+    def heartbeat(self, token: str, batch_id: str, queue: str = "", worker: str = "", now: float | None = None) -> str:
+        """Renew a lease ('lost' or the batch's state); with `queue`, `worker`'s roster beat at `now` in the same
+        round trip."""
+        if queue and now is None:
+            now = time.time()
+        return self.run(heartbeat_call(token, self.settings.lease_s, batch_id, queue, worker, now))
 
     def abandon(self, worker: str, queue: str, status: Status, message: str, now: float | None = None) -> str:
         return self.run(abandon_call(worker, queue, status, message, time.time() if now is None else now))

@@ -3,7 +3,8 @@ is ready, stays by its heartbeat and leaves when it shuts down; `live.inspect` r
 while its last beat is younger than the lease) and the backends learn from it which workers take requests.
 
 Functions of a redis-py client; the workers and the backends call them, so the roster is written here only
-(the scripts also note a worker seen when it picks or completes, and `Dispatch.forget_worker` drops a retired one).
+(the scripts also note a worker seen when it picks, renews its lease (a busy worker's beat, `Dispatch.heartbeat`)
+or completes, and `Dispatch.forget_worker` drops a retired one).
 """
 
 from __future__ import annotations

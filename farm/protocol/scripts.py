@@ -68,7 +68,8 @@ PICK = Script("pick", ("queue", "mode", "worker", "lease_s", "token", "reclaim_l
                        "kind_queues"))
 COMPLETE = Script("complete", ("batch", "request", "token", "worker", "queue", "at", "stage_event", "next_queue",
                                "state", "result", "done_event", "limit"))
-HEARTBEAT = Script("heartbeat", ("token", "lease_s", "batch"))
+# a busy worker's beat: with a `queue`, also its roster entry (`roster.beat`) in the same round trip
+HEARTBEAT = Script("heartbeat", ("token", "lease_s", "batch", "queue", "worker", "at"))
 SWEEP = Script("sweep", ("reclaim_limit", "max_attempts", "abandon_after_s", "abandon_limit"))
 CANCEL = Script("cancel", ("batch", "at"))
 SEAL = Script("seal", ("batch", "at"))

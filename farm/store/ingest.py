@@ -110,19 +110,33 @@ def _insert(conn: Connection, model):
     raise NotImplementedError(f"the history store supports PostgreSQL and SQLite, not {dialect}")
 
 
-def _upsert(conn: Connection, model, keys: tuple[str, ...], rows: Iterable[dict[str, Any]]) -> None:
-    """Insert rows, or on a key conflict set only the columns each row carries; rows are grouped by shape."""
-    shapes: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        shapes[tuple(sorted(row))].append(row)
-    for shape, group in shapes.items():
+_UPSERTS: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], Any] = {}  # built once per dialect, table, shape
+
+
+def _upsert_statement(conn: Connection, model, keys: tuple[str, ...], shape: tuple[str, ...]):
+    """The upsert of rows of one shape, built once: a chunk's cost is per statement, and building one (its
+    conflict clause, its `excluded` columns) costs more than SQLAlchemy's cached compile of it."""
+    key = (conn.dialect.name, model.__tablename__, keys, shape)
+    stmt = _UPSERTS.get(key)
+    if stmt is None:
         stmt = _insert(conn, model)
         changed = [c for c in shape if c not in keys]
         if changed:
             stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_={c: stmt.excluded[c] for c in changed})
         else:
             stmt = stmt.on_conflict_do_nothing(index_elements=list(keys))
-        conn.execute(stmt, group)
+        _UPSERTS[key] = stmt
+    return stmt
+
+
+def _upsert(conn: Connection, model, keys: tuple[str, ...], rows: Iterable[dict[str, Any]]) -> None:
+    """Insert rows, or on a key conflict set only the columns each row carries; rows are grouped by shape, one
+    multi-row statement per shape (psycopg2's execute_values on PostgreSQL, `farm.store.engine`)."""
+    shapes: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        shapes[tuple(sorted(row))].append(row)
+    for shape, group in shapes.items():
+        conn.execute(_upsert_statement(conn, model, keys, shape), group)
 
 
 # ---------------------------------------------------------------- applying a chunk of events
@@ -133,14 +147,15 @@ def _queue(stage: str, pipeline: str | None) -> str:
     return stage if "." in stage or not pipeline else f"{pipeline}.{stage}"
 
 
+_IDS = bindparam("ids", expanding=True)
+_PIPELINES = select(Batch.id, Task.pipeline).join(Task, Task.name == Batch.task).where(Batch.id.in_(_IDS))
+
+
 def _pipelines(conn: Connection, batch_ids: set[str], opened: dict[str, str]) -> dict[str, str]:
     known = dict(opened)
     wanted = [b for b in batch_ids if b not in known]
     if wanted:
-        rows = conn.execute(
-            select(Batch.id, Task.pipeline).join(Task, Task.name == Batch.task).where(Batch.id.in_(wanted))
-        )
-        known.update({b: p for b, p in rows})
+        known.update({b: p for b, p in conn.execute(_PIPELINES, {"ids": wanted})})
     return known
 
 
@@ -185,6 +200,7 @@ def apply_events(conn: Connection, events: list[dict[str, Any]]) -> None:
             workers.append(e)
 
     touched = set(batches) | {b for b, _ in requests} | {b for b, _, _ in stages}
+    arrived = {b for (b, _), fields in requests.items() if "arrived_at" in fields}
     if tasks:
         # created_at keeps the first open; a task's pipeline follows its latest batch
         rows = list(tasks.values())
@@ -205,7 +221,7 @@ def apply_events(conn: Connection, events: list[dict[str, Any]]) -> None:
     for e in workers:
         _apply_worker(conn, e)
     if touched:
-        _refresh_batches(conn, touched)
+        _refresh_batches(conn, touched, arrived)
 
 
 def _apply_worker(conn: Connection, e: dict[str, Any]) -> None:
@@ -250,49 +266,62 @@ def _apply_worker(conn: Connection, e: dict[str, Any]) -> None:
         conn.execute(update(table).where(table.c.id == life).values({column: at}))
 
 
-def _refresh_batches(conn: Connection, batch_ids: set[str]) -> None:
-    """First arrival of the touched batches, and T and d of those that completed."""
+def _refresh_batches(conn: Connection, batch_ids: set[str], arrived: set[str] | None = None) -> None:
+    """First arrival of the touched batches, and T and d of those that completed.
+
+    Only what can have changed is computed: T and d of a completed batch whatever was written about it, the
+    first arrival of one a request arrived in (`arrived`; None: all of them). The rest keep the values the
+    chunk that last wrote an arrival into them gave them, as a full refresh would give them again."""
     ids = sorted(batch_ids)
     for start in range(0, len(ids), 500):
-        _refresh_some(conn, ids[start:start + 500])
+        some = ids[start:start + 500]
+        completed = dict(conn.execute(_COMPLETED, {"ids": some}).all())
+        done = [b for b in some if completed.get(b) is not None]
+        if done:
+            _refresh_completed(conn, done, completed)
+        open_ = [b for b in some if completed.get(b) is None and (arrived is None or b in arrived)]
+        if open_:
+            firsts = conn.execute(_FIRST_ARRIVALS, {"ids": open_}).all()
+            _update_batches(conn, [{"b_id": b, "first_arrival_at": first, "earliest_at": None, "extra_delay_s": None}
+                                   for b, first in firsts])
 
 
-def _refresh_some(conn: Connection, ids: list[str]) -> None:
-    duration = case((RequestStage.finished_at > RequestStage.started_at,
-                     RequestStage.finished_at - RequestStage.started_at), else_=0.0)
-    per_request = (
-        select(RequestStage.batch_id, RequestStage.request_id, func.sum(duration).label("s"))
-        .where(RequestStage.batch_id.in_(ids))
-        .group_by(RequestStage.batch_id, RequestStage.request_id)
-        .subquery()
-    )
-    rows = conn.execute(
-        select(Request.batch_id, func.min(Request.arrived_at),
-               func.max(Request.arrived_at + func.coalesce(per_request.c.s, 0.0)))
-        .select_from(Request)
-        .outerjoin(per_request, and_(per_request.c.batch_id == Request.batch_id,
-                                     per_request.c.request_id == Request.request_id))
-        .where(Request.batch_id.in_(ids), Request.arrived_at.is_not(None))
-        .group_by(Request.batch_id)
-    ).all()
-    if not rows:
-        return
-    completed = dict(conn.execute(select(Batch.id, Batch.completed_at).where(Batch.id.in_([r[0] for r in rows]))).all())
-    updates = []
-    for batch_id, first, earliest in rows:
-        done = completed.get(batch_id)
-        values = {"b_id": batch_id, "first_arrival_at": first, "earliest_at": None, "extra_delay_s": None}
-        if done is not None:
-            # T = start + max_i (r_i + sum_j s_ij) = max_i (arrival_i + sum_j s_ij); d = C - T, never below 0
-            values["earliest_at"] = earliest
-            values["extra_delay_s"] = max(0.0, done - earliest)
-        updates.append(values)
-    table = Batch.__table__
-    conn.execute(
-        update(table).where(table.c.id == bindparam("b_id")).values(
-            first_arrival_at=bindparam("first_arrival_at"),
-            earliest_at=bindparam("earliest_at"),
-            extra_delay_s=bindparam("extra_delay_s"),
-        ),
-        updates,
-    )
+_COMPLETED = select(Batch.id, Batch.completed_at).where(Batch.id.in_(_IDS))
+_FIRST_ARRIVALS = (select(Request.batch_id, func.min(Request.arrived_at))
+                   .where(Request.batch_id.in_(_IDS), Request.arrived_at.is_not(None))
+                   .group_by(Request.batch_id))
+_DURATION = case((RequestStage.finished_at > RequestStage.started_at,
+                  RequestStage.finished_at - RequestStage.started_at), else_=0.0)
+_PER_REQUEST = (
+    select(RequestStage.batch_id, RequestStage.request_id, func.sum(_DURATION).label("s"))
+    .where(RequestStage.batch_id.in_(_IDS))
+    .group_by(RequestStage.batch_id, RequestStage.request_id)
+    .subquery()
+)
+# T = start + max_i (r_i + sum_j s_ij) = max_i (arrival_i + sum_j s_ij), with the first arrival
+_EARLIEST = (
+    select(Request.batch_id, func.min(Request.arrived_at),
+           func.max(Request.arrived_at + func.coalesce(_PER_REQUEST.c.s, 0.0)))
+    .select_from(Request)
+    .outerjoin(_PER_REQUEST, and_(_PER_REQUEST.c.batch_id == Request.batch_id,
+                                  _PER_REQUEST.c.request_id == Request.request_id))
+    .where(Request.batch_id.in_(_IDS), Request.arrived_at.is_not(None))
+    .group_by(Request.batch_id)
+)
+_UPDATE_BATCH = update(Batch.__table__).where(Batch.__table__.c.id == bindparam("b_id")).values(
+    first_arrival_at=bindparam("first_arrival_at"),
+    earliest_at=bindparam("earliest_at"),
+    extra_delay_s=bindparam("extra_delay_s"),
+)
+
+
+def _refresh_completed(conn: Connection, ids: list[str], completed: Mapping[str, float]) -> None:
+    """First arrival, T and d = C - T (never below 0) of completed batches."""
+    _update_batches(conn, [{"b_id": b, "first_arrival_at": first, "earliest_at": earliest,
+                            "extra_delay_s": max(0.0, completed[b] - earliest)}
+                           for b, first, earliest in conn.execute(_EARLIEST, {"ids": ids})])
+
+
+def _update_batches(conn: Connection, updates: list[dict[str, Any]]) -> None:
+    if updates:
+        conn.execute(_UPDATE_BATCH, updates)

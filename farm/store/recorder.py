@@ -5,6 +5,11 @@ the rows (table `recorder_offsets`, row locked while a chunk is written), so a r
 it and neither loses nor duplicates; the writes are idempotent upserts besides. What is committed is
 then trimmed from the stream. A bad entry is logged and skipped, never retried forever.
 
+Batched by time: a chunk's cost is mostly per transaction (the offset's lock and save, a statement per table,
+the batches' refresh, the trim), so once an idle recorder is woken by a new entry it lets `gather_s` pass
+before it drains, and what arrived meanwhile is written in one transaction: a few events per chunk instead of
+one, at the price of history landing in the store up to `gather_s` later.
+
 While the store is down the stream buffers; the recorder says how far behind it is, warns from half the
 stream's cap and, once the cap drops entries it had not recorded, logs an error and counts the overflow
 (`farm.protocol.counters`) for `farm status` and the metrics. After a commit, `on_recorded` sees the events
@@ -19,7 +24,7 @@ import time
 from typing import Any, Callable
 
 import redis as redis_lib
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, bindparam, select, update
 from sqlalchemy.exc import DBAPIError, OperationalError, StatementError
 
 from farm.config import Settings
@@ -36,6 +41,13 @@ log = logging.getLogger(__name__)
 
 START = "0-0"
 CHECK_EVERY_S = 5.0  # how often the stream's fill is looked at (and, when high, logged)
+GATHER_S = 0.25  # after a wake-up, how long entries are let in before they are drained in one chunk
+
+
+# built once: every chunk runs them, and building a statement costs more than its cached compile
+_OFFSET_FOR_UPDATE = select(RecorderOffset.last_id).where(RecorderOffset.stream == bindparam("s")).with_for_update()
+_SAVE_OFFSET = (update(RecorderOffset).where(RecorderOffset.stream == bindparam("s"))
+                .values(last_id=bindparam("last_id"), updated_at=bindparam("updated_at")))
 
 
 def next_id(entry_id: str) -> str:
@@ -62,6 +74,7 @@ class Recorder:
         trim: bool = True,
         on_recorded: Callable[[list[dict[str, Any]]], Any] | None = None,
         cap: int = EVENTS_MAXLEN,
+        gather_s: float = GATHER_S,
     ) -> None:
         self._owns_redis = redis is None
         if redis is None:
@@ -70,11 +83,14 @@ class Recorder:
             redis = redis_lib.Redis.from_url(settings.redis_url)
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, not {chunk}")
+        if not gather_s >= 0:
+            raise ValueError(f"gather_s must be >= 0, not {gather_s}")
         self.redis = redis
         self.engine = engine
         self.stream = stream_key(settings.namespace)
         self.chunk = chunk
         self.block_ms = block_ms
+        self.gather_s = gather_s
         self.trim = trim
         self.on_recorded = on_recorded
         self.cap = cap  # the stream's cap, as the farm's emitters trim it
@@ -95,16 +111,20 @@ class Recorder:
         return found or START
 
     def _lock_offset(self, conn) -> str:
-        stmt = _insert(conn, RecorderOffset).values(stream=self.stream, last_id=START, updated_at=time.time())
-        conn.execute(stmt.on_conflict_do_nothing(index_elements=["stream"]))
-        # FOR UPDATE: a second recorder on the same namespace waits instead of writing the same chunk twice
-        return conn.execute(
-            select(RecorderOffset.last_id).where(RecorderOffset.stream == self.stream).with_for_update()
-        ).scalar_one()
+        # FOR UPDATE: a second recorder on the same namespace waits instead of writing the same chunk twice.
+        # The row is made only where it is missing (the first chunk of a stream): one statement per chunk.
+        locked = self._offset_for_update(conn)
+        if locked is None:
+            stmt = _insert(conn, RecorderOffset).values(stream=self.stream, last_id=START, updated_at=time.time())
+            conn.execute(stmt.on_conflict_do_nothing(index_elements=["stream"]))
+            locked = self._offset_for_update(conn)
+        return locked
+
+    def _offset_for_update(self, conn) -> str | None:
+        return conn.execute(_OFFSET_FOR_UPDATE, {"s": self.stream}).scalar()
 
     def _save_offset(self, conn, last_id: str) -> None:
-        conn.execute(update(RecorderOffset).where(RecorderOffset.stream == self.stream)
-                     .values(last_id=last_id, updated_at=time.time()))
+        conn.execute(_SAVE_OFFSET, {"s": self.stream, "last_id": last_id, "updated_at": time.time()})
 
     # ------------------------------------------------------------ draining
 
@@ -226,6 +246,8 @@ class Recorder:
                 # drained: wait for the next entry without taking it, and touch the store only then
                 after = self._last or self.last_id()
                 pending = bool(self.redis.xread({self.stream: after}, count=1, block=self.block_ms))
+                if pending and self.gather_s:
+                    stop.wait(self.gather_s)  # let the entries that follow this one in: one chunk for them all
             except (OperationalError, redis_lib.RedisError) as exc:
                 behind = self.stream_health
                 lag = f" ({behind.length} entries waiting in the stream)" if behind is not None else ""

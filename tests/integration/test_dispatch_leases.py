@@ -10,7 +10,7 @@ import redis
 from farm import registry
 from farm.protocol.calls import MAX_ATTEMPTS, submit_call
 from farm.protocol.dispatch import Dispatch
-from farm.protocol.keys import stamp
+from farm.protocol.keys import QueuePart, stamp
 from farm.protocol.scripts import COMPLETE, Call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -100,6 +100,17 @@ def test_a_worker_heartbeat_keeps_its_lease_while_the_stage_runs_longer_than_the
     assert result.ok and len(result.stages) == 1
     attempts = redis.Redis.from_url(settings.redis_url).hget(f"{settings.namespace}:b:{batch.id}:att", "long")
     assert attempts is None, "the lease lapsed although the worker was alive"
+
+
+def test_a_busy_workers_beat_renews_its_lease_and_notes_it_seen_on_its_roster(settings, reward_client):
+    d = Dispatch(settings)
+    batch = reward_client.open_batch("t", "synthetic", 1)
+    batch.submit("r0", {"times": [1, 0]})
+    leased(d, "t1", worker="w")
+    lease_before = d.redis.zscore(d.keys.leases, "t1")
+    assert d.heartbeat("t1", batch.id, COMPILE, "w", 1700000000.25) == "open"
+    assert d.redis.zscore(d.keys.leases, "t1") > lease_before
+    assert d.redis.hget(d.keys.queue(COMPILE, QueuePart.seen), "w") == repr(1700000000.25)
 
 
 def test_a_request_whose_wake_up_token_was_lost_is_still_served(settings, reward_client, start_workers):

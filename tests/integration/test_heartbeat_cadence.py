@@ -22,7 +22,7 @@ def worker(redis_url, namespace, tmp_path):
     settings = Settings(redis_url=redis_url, namespace=namespace, lease_s=9.0, data_dir=str(tmp_path))
     w = StageWorker(make_app(settings), settings, QUEUE, "beater")
     renewed = threading.Event()
-    w.dispatch.heartbeat = lambda token, batch: renewed.set() or "open"
+    w.dispatch.heartbeat = lambda token, batch, *beat: renewed.set() or "open"
     yield w, renewed
     w.stop()
     w._thread.join(timeout=5)
@@ -49,6 +49,16 @@ def test_a_request_taken_during_the_idle_wait_is_renewed_within_the_busy_period(
     w.take(Hold("token", "batch"))
     assert renewed.wait(2.0)
     assert time.monotonic() - taken < beat_intervals(9.0)[0] + 0.3
+
+
+def test_a_request_served_within_the_busy_period_of_its_pick_costs_no_beat(worker):
+    w, renewed = worker
+    w.start()
+    time.sleep(1.0)  # the last beat is older than the busy period: only the pick, just taken, counts
+    w.take(Hold("token", "batch"))
+    time.sleep(0.1)
+    w.hold = None
+    assert not renewed.wait(1.0)
 
 
 def test_the_idle_period_never_exceeds_a_third_of_the_lease_nor_undercuts_the_busy_one():

@@ -206,6 +206,44 @@ def test_run_forever_records_new_entries_until_stopped(settings, engine, emit):
     assert not thread.is_alive()
 
 
+def test_an_idle_recorder_woken_by_an_entry_writes_what_follows_within_its_gather_time_in_one_chunk(
+        settings, engine, emit):
+    chunks = []
+    recorder = Recorder(settings, engine, block_ms=100, gather_s=1.0, on_recorded=chunks.append)
+    stop = threading.Event()
+    thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        stop.wait(0.3)  # drained the empty stream: waiting for an entry
+        emit("batch_opened", batch="b1", task="t1", pipeline="synthetic", size=2, opened_at=100.0)
+        stop.wait(0.2)
+        emit("request_arrived", batch="b1", request="r0", arrived_at=101.0, group=None, stages=["compile"])
+        emit("request_arrived", batch="b1", request="r1", arrived_at=102.0, group=None, stages=["compile"])
+        for _ in range(100):
+            if chunks:
+                break
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert [[e["kind"] for e in chunk] for chunk in chunks] == [["batch_opened", "request_arrived", "request_arrived"]]
+
+
+def test_an_open_batchs_first_arrival_follows_an_earlier_arrival_recorded_later(settings, engine, emit):
+    recorder = Recorder(settings, engine)
+    emit("batch_opened", batch="b1", task="t1", pipeline="synthetic", size=2, opened_at=100.0)
+    emit("request_arrived", batch="b1", request="r1", arrived_at=105.0, group=None, stages=["compile"])
+    recorder.run_once()
+    emit("stage_done", batch="b1", request="r1", stage="compile", queued_at=105.0, started_at=106.0,
+         finished_at=107.0, status="passed", worker="w1")
+    recorder.run_once()
+    assert _batch(engine, "b1").first_arrival_at == 105.0
+    emit("request_arrived", batch="b1", request="r0", arrived_at=101.0, group=None, stages=["compile"])
+    recorder.run_once()
+    batch = _batch(engine, "b1")
+    assert (batch.first_arrival_at, batch.earliest_at, batch.extra_delay_s) == (101.0, None, None)
+
+
 def test_the_next_stream_id_follows_the_given_one():
     assert next_id("1700000000000-7") == "1700000000000-8"
 

@@ -90,6 +90,23 @@ def test_an_idle_worker_shows_as_idle(settings, start_workers):
     assert d.inspect().stages["synthetic.execute"].workers == ()
 
 
+def test_a_token_being_served_is_not_copied_into_the_brokers_unacked_hash(settings, reward_client, start_workers):
+    start_workers("synthetic.compile")
+    batch = reward_client.open_batch("t", "synthetic", 1)
+    batch.submit("r0", {"times": [1.5, 0]})
+    d = Dispatch(settings)
+    deadline = time.monotonic() + 20
+    while not d.inspect(["synthetic.compile"]).stages["synthetic.compile"].running:
+        assert time.monotonic() < deadline, "r0 never ran"
+        time.sleep(0.05)
+    ours = settings.queue("synthetic.compile")
+    copies = [raw for raw in d.redis.hvals("unacked") if ours in raw]  # kombu's hash is shared by every namespace
+    d.close()
+    assert copies == []
+    [result] = batch.gather(timeout=20)
+    assert result.ok
+
+
 def test_the_worker_command_refuses_an_unknown_stage():
     result = CliRunner().invoke(worker, ["--stage", "synthetic.nope"])
     assert result.exit_code != 0 and "no stage 'nope'" in result.output
