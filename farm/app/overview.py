@@ -99,7 +99,8 @@ def tenant_shares(live: LiveState, rows: list[dict[str, Any]], shares: Mapping[s
     for t in sorted(set(shares) | set(busy) | set(late)):
         share = shares.get(t, DEFAULT)
         delays = late.get(t, [])
-        out[t] = {"share": share.share, "max_workers": dict(share.max_workers), "busy": busy.get(t, {}),
+        out[t] = {"share": share.share, "max_workers": dict(share.max_workers), "reserve": share.reserve,
+                  "busy": busy.get(t, {}),
                   "extra_delay_mean_s": round(sum(delays) / len(delays), 3) if delays else None,
                   "extra_delay_max_s": max(delays) if delays else None}
     return out

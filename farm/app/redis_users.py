@@ -41,8 +41,9 @@ def rules(namespace: str, tenant_id: int, token_sha256: str) -> list[str]:
         # another tenant's pending requests are not this user's)
         f"%W~{k.queue('*', QueuePart.ebf)}", f"%W~{k.queue('*', QueuePart.fcfs)}", f"%W~{k.events}",
         f"%W~{k.batches}", f"%W~{k.seen}", f"%W~{k.queues}", f"%W~{k.broker('*')}",
-        # counters and the task -> pipeline index (a task keeps one pipeline): read to be updated
-        f"~{k.seq}", f"~{k.tokens}", f"~{k.limits}", f"~{k.tasks}",
+        # counters and the task -> pipeline index (a task keeps one pipeline): read to be updated; the wake-up
+        # tokens fair-share picks held, which a batch that ends hands back (common.lua's release_held)
+        f"~{k.seq}", f"~{k.tokens}", f"~{k.limits}", f"~{k.tasks}", f"~{k.held}",
         f"%R~{k.knobs}",
         # TIME: the scripts date a trainer's signs of life by Redis' clock (farm.protocol.silence)
         "-@all", "+@read", "+@write", "+@scripting", "+@connection", "+@transaction", "+publish", "+time",

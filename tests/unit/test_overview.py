@@ -74,13 +74,13 @@ def test_each_tenant_shows_its_share_caps_busy_workers_and_how_late_its_active_b
     running = [RunningRequest("r0", "t1:a", NOW, "w0"), RunningRequest("r1", "t1:b", NOW, "w1")]
     state = live(batch("t1:a", key=NOW - 4), batch("t1:b", key=NOW - 2), running=running)
     shown = tenant_shares(state, batch_rows(state, Knobs()), {"t1": FairShare(2.0, {"cpu": 2})}, KINDS.get)
-    assert shown == {"t1": {"share": 2.0, "max_workers": {"cpu": 2}, "busy": {"cpu": 2},
+    assert shown == {"t1": {"share": 2.0, "max_workers": {"cpu": 2}, "reserve": False, "busy": {"cpu": 2},
                             "extra_delay_mean_s": 3.0, "extra_delay_max_s": 4.0}}
 
 
 def test_a_tenant_with_a_share_and_no_work_is_shown_idle_and_one_without_a_share_has_the_default():
     state = live(batch("t2:a", key=NOW + 5))
     shown = tenant_shares(state, batch_rows(state, Knobs()), {"t1": FairShare(3.0)}, KINDS.get)
-    assert shown["t1"] == {"share": 3.0, "max_workers": {}, "busy": {}, "extra_delay_mean_s": None,
+    assert shown["t1"] == {"share": 3.0, "max_workers": {}, "reserve": False, "busy": {}, "extra_delay_mean_s": None,
                            "extra_delay_max_s": None}
     assert (shown["t2"]["share"], shown["t2"]["extra_delay_mean_s"]) == (1.0, 0.0)

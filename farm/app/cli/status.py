@@ -196,7 +196,8 @@ def _print_shares(console: Console, report: dict) -> None:
     table = Table("tenant", "share", "busy workers (of cap)", "extra delay now mean / max",
                   title="fair shares (farm tenants set NAME --share W)")
     for t, r in rows.items():
-        table.add_row(t, f"{r['share']:g}", busy_cell(r["busy"], r["max_workers"]), _late_cell(r))
+        share = f"{r['share']:g}" + (" reserved" if r.get("reserve") else "")
+        table.add_row(t, share, busy_cell(r["busy"], r["max_workers"]), _late_cell(r))
     console.print(table)
 
 
