@@ -13,7 +13,12 @@ from celery import Celery
 from farm.config import Settings, redis_url
 from farm.protocol.tokens import hard_limit, task_name
 
-BRPOP_TIMEOUT_S = 2.0  # how long an idle worker's broker poll blocks (workers.broker_poll ends it at a shutdown)
+# How long an idle worker's broker poll blocks. A token pushed meanwhile ends it at once, so it costs no pick-up
+# time; it is how often an idle worker and Redis wake for an empty reply, and how long a retired worker would
+# linger, but workers.broker_poll ends the poll at a shutdown (CLIENT UNBLOCK, found by the connection's
+# address). On a unix socket, which it cannot find, the poll stays short (BRPOP_UNIX_TIMEOUT_S).
+BRPOP_TIMEOUT_S = 10.0
+BRPOP_UNIX_TIMEOUT_S = 2.0
 
 
 def broker_url(settings: Settings) -> str:
@@ -25,8 +30,14 @@ def broker_url(settings: Settings) -> str:
     return url
 
 
+def brpop_timeout(url: str) -> float:
+    """The broker poll's timeout for a broker at `url` (kombu's spelling, as broker_url gives)."""
+    return BRPOP_UNIX_TIMEOUT_S if url.startswith(("redis+socket:", "socket:")) else BRPOP_TIMEOUT_S
+
+
 def make_app(settings: Settings, *, send_events: bool = False) -> Celery:
-    app = Celery(f"farm-{settings.namespace}", broker=broker_url(settings), set_as_current=False)
+    url = broker_url(settings)
+    app = Celery(f"farm-{settings.namespace}", broker=url, set_as_current=False)
     app.conf.update(
         task_acks_late=True,
         worker_prefetch_multiplier=1,
@@ -42,12 +53,13 @@ def make_app(settings: Settings, *, send_events: bool = False) -> Celery:
         # polling_interval is the Redis transport's BRPOP timeout: each one wakes an idle worker and Redis
         # for an empty reply (at a quarter second, four a second: most of an idle farm's CPU). A worker's warm
         # shutdown waits for its outstanding BRPOP to return, which workers.broker_poll makes at once.
+        # (kombu also drops a BRPOP that got no reply for the timeout plus 25 s: a half-open connection.)
         # No ack emulation: kombu's would copy every token into an `unacked` hash as it is taken and delete it
         # at the ack, two transactions per token, only so that a token a dead worker held comes back after the
         # visibility timeout, an hour later. Leases recover the requests, and a lost token is re-sent by an
         # idle worker (workers.stage.StageWorker.wake_if_pending); a warm shutdown still puts the token it had
         # taken back in its queue (kombu's in-memory QoS restores it).
-        broker_transport_options={"visibility_timeout": 3600, "polling_interval": BRPOP_TIMEOUT_S,
+        broker_transport_options={"visibility_timeout": 3600, "polling_interval": brpop_timeout(url),
                                   "ack_emulation": False},
     )
     return app

@@ -7,6 +7,8 @@ spends its CPU on. But a warm shutdown closes the channel by reading the outstan
 wait instead: once the channel is closing, `CLIENT UNBLOCK` on the connection that waits (found by its
 address in `CLIENT LIST`) makes BRPOP return at once, as a timeout would. Where that cannot be done (a unix
 socket, a Redis that refuses CLIENT), the worker goes when its poll times out, as before.
+
+The idle loop's one-second tick goes too (`slow_binding_refresh`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import redis
 log = logging.getLogger(__name__)
 WATCH_S = 10.0  # how long the shutdown is watched for its channel to close
 STEP_S = 0.005
+# How often the worker's event loop looks at kombu's binding tables (kombu's own timer: every second).
+BINDING_CHECK_S = 30.0
 
 
 def _address(connection: Any) -> str | None:
@@ -69,3 +73,23 @@ def cut_short_on_close(channel: Any, redis_url: str) -> threading.Thread | None:
     thread = threading.Thread(target=watch, name="farm-unblock-poll", daemon=True)
     thread.start()
     return thread
+
+
+def slow_binding_refresh(hub: Any, connection: Any) -> bool:
+    """Have kombu check its binding tables every BINDING_CHECK_S rather than every second; whether it did.
+
+    kombu's Redis transport (5.6 and later) keeps the binding tables of the expiring queues a worker consumes
+    (the remote-control queue: Celery's `control_queue_expires`) alive from a one-second timer, the only thing
+    that wakes an idle worker's event loop every second (the loop otherwise sleeps until its next timer, at
+    most 10 s). The check itself acts far less often: a table lives at least an hour
+    (`MIN_BINDING_TTL`) and is refreshed every third of that, and overdue tables of stopped consumers are swept
+    every minute (`BINDING_SWEEP_INTERVAL`); at 30 s both still happen in time, the sweep at most 30 s later.
+    The entry stays where kombu looks for it, so a reconnection cancels it and starts kombu's own again."""
+    cycle = getattr(getattr(connection, "transport", None), "cycle", None)
+    tref = getattr(cycle, "_binding_expiry_tref", None)
+    check = getattr(cycle, "maybe_refresh_binding_expiry", None)
+    if hub is None or tref is None or check is None:
+        return False
+    tref.cancel()
+    cycle._binding_expiry_tref = hub.call_repeatedly(BINDING_CHECK_S, check)
+    return True

@@ -22,7 +22,7 @@ from farm.protocol import roster
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.tokens import task_name
 from farm.results import Status
-from workers.broker_poll import cut_short_on_close
+from workers.broker_poll import cut_short_on_close, slow_binding_refresh
 from workers.stage import StageWorker
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,7 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     @signals.worker_ready.connect(weak=False)
     def wake_on_shutdown(sender: Any = None, **_: Any) -> None:
         _shutdown_wakes_loop()
+        slow_binding_refresh(get_event_loop(), getattr(sender, "connection", None))
         consumers[:] = [sender]
 
     @signals.worker_shutting_down.connect(weak=False)

