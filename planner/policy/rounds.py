@@ -105,26 +105,43 @@ def sweep_rounds(arr: np.ndarray, srv: np.ndarray, fifo: tuple[np.ndarray, list[
 
 def _contenders(t: np.ndarray, head: list[float], arrivals: list[np.ndarray], taken: list[int], size: int) -> list[int]:
     """The FIFOs that may take a dispatch of the round, most urgent first: those with a request arrived
-    by its last dispatch, up to the first that has one for every dispatch of the round already at its
-    first (the FIFOs after it get none)."""
+    by its last dispatch, up to the first with which they have one for every dispatch of the round
+    already at its first (that class takes every dispatch: the FIFOs after it get none)."""
     out = []
+    ready = 0  # requests of the FIFOs so far arrived by the round's first dispatch and not taken
+    first = t[0]
     for g, h in enumerate(head):
         if h <= t[-1]:
             out.append(g)
-            if int(np.searchsorted(arrivals[g], t[0], side="right")) - taken[g] >= size:
-                break
+            if h <= first:
+                ready += int(np.searchsorted(arrivals[g], first, side="right")) - taken[g]
+                if ready >= size:
+                    break
     return out
 
 
 def _classes(t: np.ndarray, arrivals: list[np.ndarray], taken: list[int]) -> np.ndarray:
     """counts[i, k]: the dispatches 0..k that the i+1 most urgent FIFOs take (`arrivals` of each, in
-    order of urgency, of which the first `taken` are gone already)."""
+    order of urgency, of which the first `taken` are gone already).
+
+    A FIFO's requests arrived by each dispatch: those by the first dispatch, plus, per request arriving
+    within the round, every dispatch from the first at or after its arrival on (one count of the
+    arrivals within the round instead of a search per dispatch)."""
     size = len(t)
-    counts = np.empty((len(arrivals), size), dtype=np.int64)
+    rows = len(arrivals)
+    first = np.empty(rows, dtype=np.int64)
+    within = []
     for i, (a, gone) in enumerate(zip(arrivals, taken)):
-        counts[i] = np.searchsorted(a, t, side="right")
-        counts[i] -= gone
+        lo = int(np.searchsorted(a, t[0], side="right"))
+        hi = int(np.searchsorted(a, t[-1], side="right"))
+        first[i] = lo - gone
+        if hi > lo:
+            within.append(np.searchsorted(t, a[lo:hi], side="left") + i * size)
+    flat = np.concatenate(within) if within else np.zeros(0, dtype=np.int64)
+    counts = np.bincount(flat, minlength=rows * size).reshape(rows, size)
+    counts[:, 0] += first
     np.cumsum(counts, axis=0, out=counts)
+    np.cumsum(counts, axis=1, out=counts)
     k = np.arange(1, size + 1)
     counts -= k
     np.minimum.accumulate(counts, axis=1, out=counts)

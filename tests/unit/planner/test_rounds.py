@@ -72,6 +72,24 @@ def test_rounds_agree_with_the_sweep_on_a_large_pool_of_long_requests(seed, work
     assert (fin_r.tolist(), bad_r) == (fin, bad)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 14), st.sampled_from([300, 2000, 6000]))
+def test_rounds_agree_with_the_sweep_where_several_fifos_wait_with_backlogs(seed, groups, workers):
+    """A backlog in every FIFO at the first dispatch (queued before now) and a trickle after it: rounds
+    whose dispatches the most urgent FIFOs share, as at the planner-runtime case's first stage."""
+    rng = np.random.default_rng(seed)
+    n = 4000
+    backlog = int(rng.integers(0, n))
+    arr = np.sort(np.concatenate([np.zeros(backlog), np.round(rng.uniform(0, 300, n - backlog), 1)])).tolist()
+    srv = np.round(rng.uniform(20, 80, n), 1).tolist()
+    grp = rng.integers(0, groups, n).tolist()
+    free = [0.0] * workers
+    cut = np.where(rng.random(n) < 0.001, rng.uniform(0, 400, n), _INF).tolist()
+    fin, bad = _reference(arr, srv, grp, groups, free, cut, True)
+    fin_r, bad_r = _rounds(arr, srv, grp, groups, free, cut, True)
+    assert (fin_r.tolist(), bad_r) == (fin, bad)
+
+
 def test_rounds_pay_only_for_many_workers_free_before_any_is_back():
     long = np.full(100, 50.0)
     assert pays(2000, long)
