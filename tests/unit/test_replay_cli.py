@@ -28,6 +28,13 @@ def test_replay_refuses_a_speed_that_is_not_positive():
     assert result.exit_code == 2 and "--speed" in result.output
 
 
+def test_replay_refuses_a_share_or_a_tenant_cap_it_cannot_read_and_says_which():
+    result = CliRunner().invoke(replay, ["demo", "--share", "t1=many"], env=FARM)
+    assert result.exit_code != 0 and "--share: expected TENANT=WEIGHT" in result.output
+    result = CliRunner().invoke(replay, ["demo", "--tenant-max-workers", "t1:tpu=2"], env=FARM)
+    assert result.exit_code != 0 and "unknown resource kind 'tpu'" in result.output
+
+
 def test_replay_without_a_farm_says_how_to_start_one(tmp_path):
     result = CliRunner().invoke(replay, ["demo"], env={"FARM_REDIS_URL": "", "FARM_DATA_DIR": str(tmp_path)})
     assert result.exit_code != 0 and "farm up" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Mapping
 
 import click
@@ -15,6 +16,7 @@ from farm.app import live_replay as rp
 from farm.app.cli.common import require_redis, settings_options
 from farm.app.live_replay import ReplayError, ReplayOptions, parse_tasks, select
 from farm.protocol import heartbeat
+from farm.protocol.shares import parse_shares
 from farm.store.engine import StoreError, open_store
 from planner.backends import STARTUP_S
 from planner.eval import trace as tracefile
@@ -126,20 +128,25 @@ def _warn_without_planner(settings) -> None:
 @click.command()
 @click.argument("trace_spec", metavar="TRACE")
 @replay_options
+@click.option("--share", "share_items", multiple=True, metavar="TENANT=W",
+              help="A trace tenant's fair share, as `farm eval --share` (in force for the run; default 1 each).")
+@click.option("--tenant-max-workers", "cap_items", multiple=True, metavar="TENANT:KIND=N",
+              help="A trace tenant's cap of workers of a resource kind (repeatable), as `farm eval`'s.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: measured, predicted, results, fidelity.")
 @settings_options
-def replay(trace_spec: str, speed, tasks, batches, delay_s, policy, scheduler, startup_s, seed, as_json: bool,
-           settings) -> None:
+def replay(trace_spec: str, speed, tasks, batches, delay_s, policy, scheduler, startup_s, seed, share_items,
+           cap_items, as_json: bool, settings) -> None:
     """Replay TRACE (a reward-trace/1 file, or a bundled trace's name) against the running farm.
 
     The farm must be serving the `synthetic` pipeline with the trace's stages: `farm up` with
     `farm planner` (elastic pools), or fixed workers."""
     require_redis(settings)
     try:
-        options = make_options(speed, tasks, batches, delay_s, policy, scheduler, startup_s, seed)
+        options = replace(make_options(speed, tasks, batches, delay_s, policy, scheduler, startup_s, seed),
+                          shares=parse_shares(share_items, cap_items))
         trace = select(tracefile.read(tracefile.resolve(trace_spec)), options.tasks, options.batches)
         engine = open_store(settings)
-    except (ReplayError, tracefile.TraceError, StoreError, ValueError) as exc:
+    except (ReplayError, tracefile.TraceError, StoreError, ValueError) as exc:  # ShareError is a ValueError
         raise click.ClickException(str(exc)) from exc
     try:
         _warn_without_planner(settings)
