@@ -101,6 +101,9 @@ def test_the_page_shows_a_late_batch_first_draws_the_pools_and_matches_farm_stat
                 status = _status(farm.settings)
                 [shown] = [b for b in status["batches"] if b["batch"] == "late-one"]
                 assert (shown["done"], shown["arrived"], shown["size"]) == (1, 1, 4) and status["batches"][0] == shown
+                # the batches opened directly are the farm's own tenant `-`, at the default share
+                share = browser.find_element(By.CSS_SELECTOR, "#tenants tr[data-tenant='-'] [data-field=share]").text
+                assert share == "1"
                 knob = browser.find_element(By.CSS_SELECTOR, "[data-knob='D (tolerated extra delay)']").text
                 assert knob == f"{status['delay_s']:g} s"
                 for stage in ("synthetic.compile", "synthetic.execute"):

@@ -53,6 +53,18 @@ function progress(b) {
   return el("td", {"data-field": "progress"}, `${b.done} / ${b.arrived} / ${b.size}`, bar);
 }
 
+// a tenant's fair share as `farm status` shows it: its weight (1 without an entry), and whether it is reserved
+function shareText(s) {
+  return s ? `${s.share}` + (s.reserve ? " reserved" : "") : "1";
+}
+
+// the workers busy on a tenant's requests now per resource kind, against its caps
+function busyText(s) {
+  if (!s) return "-";
+  const kinds = [...new Set([...Object.keys(s.busy), ...Object.keys(s.max_workers)])].sort();
+  return kinds.map(k => `${k} ${s.busy[k] || 0}` + (k in s.max_workers ? ` of ${s.max_workers[k]}` : "")).join(", ") || "-";
+}
+
 function drawLive(r) {
   tenantNames = r.tenant_info || tenantNames;
   document.getElementById("knobline").textContent =
@@ -72,9 +84,12 @@ function drawLive(r) {
       el("td", {class: "text", "data-field": "waiting_on"}, b.waiting_on || "-"),
       el("td", {class: b.silent ? "silent" : "", "data-field": "heard"}, heard + (b.silent ? " SILENT" : "")));
   }));
+  const shares = r.fair_shares || {};
   fill(document.querySelector("#tenants tbody"), Object.entries(r.tenants).map(([t, u]) =>
     el("tr", {"data-tenant": t}, el("td", {}, tenantName(t)),
-      ...["batches", "outstanding", "queued", "running", "silent"].map(k => el("td", {"data-field": k}, u[k])))));
+      ...["batches", "outstanding", "queued", "running", "silent"].map(k => el("td", {"data-field": k}, u[k])),
+      el("td", {"data-field": "share"}, shareText(shares[t])),
+      el("td", {class: "text", "data-field": "busy"}, busyText(shares[t])))));
   const knobs = [["D (tolerated extra delay)", r.delay_s + " s"], ["tick", r.knobs.tick_s + " s"],
     ["scheduler", r.scheduler], ["policy", r.policy],
     ["abandon after", r.abandon_after_s === null ? "never" : r.abandon_after_s + " s"],
