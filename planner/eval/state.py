@@ -105,6 +105,7 @@ class FarmState:
         self.trace, self.knobs, self.kind, self.pipeline = trace, knobs, kind, pipeline
         self.capacity = capacity
         self.shares = dict(shares or {})  # tenant -> its fair share (farm.protocol.shares), 1 and no cap unless set
+        self.reserved = {t for t, share in self.shares.items() if share.reserve}
         self.kinds = [s.resource for s in trace.stages]
         self.startup, self.startup_rng, self.startup_per_start_s = startup, startup_rng, startup_per_start_s
         self.retire_s, self.policy_startup_s, self.dispatch_s = retire_s, policy_startup_s, dispatch_s
@@ -311,7 +312,7 @@ class FarmState:
         # a reserving tenant's share is held while it has an open batch (the replay's pipeline is one: every
         # batch visits its stages, as a live batch lists its pipeline's queues)
         reserving = [t for t in dict.fromkeys(b.tenant for b in self.active.values())
-                     if self.shares.get(t, FairShare()).reserve and t not in waiting]
+                     if t in self.reserved and t not in waiting] if self.reserved else []
         if len(waiting) == 1 and self.shares.get(waiting[0], FairShare()).cap(kind) is None and not reserving:
             return p.queues
         kind_use: dict[str, int] = {}

@@ -45,6 +45,14 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
     return GaugeMetricFamily(name, doc, labels=labels or [])
 
 
+def _scalars(rows) -> Iterator[GaugeMetricFamily]:
+    """One unlabelled gauge per (name, doc, value)."""
+    for name, doc, value in rows:
+        g = _gauge(name, doc)
+        g.add_metric([], value)
+        yield g
+
+
 class LiveCollector(Collector):
     """A prometheus_client collector over the farm's Redis and history store."""
 
@@ -90,13 +98,10 @@ class LiveCollector(Collector):
 
     def _memory(self) -> Iterator[Any]:
         m = redis_memory.read(self.redis)
-        for name, doc, value in (
+        yield from _scalars((
             ("farm_redis_memory_used_bytes", "Memory the farm's Redis uses.", m.used),
             ("farm_redis_memory_max_bytes", "The farm's Redis's memory bound (maxmemory; 0: none).", m.bound),
-        ):
-            g = _gauge(name, doc)
-            g.add_metric([], value)
-            yield g
+        ))
         policy = _gauge("farm_redis_maxmemory_policy", "What the farm's Redis does at its bound (1 on the policy's "
                         "label): farm state needs noeviction.", ["policy"])
         policy.add_metric([m.policy], 1)
@@ -104,13 +109,10 @@ class LiveCollector(Collector):
 
     def _knobs(self) -> Iterator[Any]:
         knobs = knobs_now(self.redis, Keys(self.namespace))
-        for name, doc, value in (
+        yield from _scalars((
             ("farm_delay_tolerance_seconds", "The tolerated extra delay D (the knob delay_s).", knobs.delay_s),
             ("farm_planner_tick_seconds", "The planner's tick (the knob tick_s).", knobs.tick_s),
-        ):
-            g = _gauge(name, doc)
-            g.add_metric([], value)
-            yield g
+        ))
 
     def _planner(self, now: float) -> Iterator[Any]:
         beat = heartbeat.read(self.redis, self.namespace)
@@ -218,16 +220,13 @@ class LiveCollector(Collector):
 
     def _stream(self, now: float) -> Iterator[Any]:
         h = health(self.redis, self.namespace, now=now)
-        for name, doc, value in (
+        yield from _scalars((
             ("farm_history_stream_entries", "Events waiting in the history stream for the recorder.", h.length),
             ("farm_history_stream_cap_entries", "The history stream's cap: beyond it the oldest events are lost.",
              h.cap),
             ("farm_history_stream_lag_seconds", "Age of the oldest event the recorder has not written.",
              h.oldest_age_s),
-        ):
-            g = _gauge(name, doc)
-            g.add_metric([], value)
-            yield g
+        ))
 
     # ------------------------------------------------------------ history store
 

@@ -93,32 +93,37 @@ end
 -- (farm.protocol.ids.TENANT_PREFIX; a valid id has a ':' only there), '-' for a batch opened directly.
 local function tenant_of(bid) return string.match(bid, '^(t%d+):') or '-' end
 
--- A tenant's share {w = weight, cap = {kind = most workers}} from K.shares (FairShare.encode); read once a run.
-local share_cache = {}
-local function share_of(t)
-  if share_cache[t] == nil then
-    -- what does not decode counts as the default (weight 1, no cap): a bad entry must not stop every pick
-    local raw = redis.call('HGET', K.shares, t)
-    local ok, s = pcall(cjson.decode, raw or '{}')
-    if not ok or type(s) ~= 'table' then s = {} end
-    local w = tonumber(s.w)
-    if w == nil or w <= 0 or w ~= w then w = 1 end
-    local cap = {}
-    if type(s.cap) == 'table' then
-      for kind, n in pairs(s.cap) do if tonumber(n) then cap[kind] = tonumber(n) end end
+-- Every published share {w = weight, cap = {kind = most workers}, r = reserved} from K.shares
+-- (FairShare.encode), by tenant, read in one call once a run; what does not decode counts as the default (weight
+-- 1, no cap), so a bad entry cannot stop every pick.
+local share_cache = nil
+local DEFAULT_SHARE = {w = 1, cap = {}, r = false}
+local function shares_published()
+  if share_cache == nil then
+    share_cache = {}
+    local all = redis.call('HGETALL', K.shares)
+    for i = 1, #all, 2 do
+      local ok, s = pcall(cjson.decode, all[i + 1])
+      if not ok or type(s) ~= 'table' then s = {} end
+      local w = tonumber(s.w)
+      if w == nil or w <= 0 or w ~= w then w = 1 end
+      local cap = {}
+      if type(s.cap) == 'table' then
+        for kind, n in pairs(s.cap) do if tonumber(n) then cap[kind] = tonumber(n) end end
+      end
+      share_cache[all[i]] = {w = w, cap = cap, r = (s.r == true)}
     end
-    share_cache[t] = {w = w, cap = cap, r = (s.r == true)}
   end
-  return share_cache[t]
+  return share_cache
 end
+local function share_of(t) return shares_published()[t] or DEFAULT_SHARE end
 
 -- The tenants whose share is reserved (FairShare.reserve) with an open batch that visits `queue`, other than
 -- those in `skip` (a set): a worker is held for them while they are under their share.
 local function reserving(queue, skip)
   local want, any = {}, false
-  local all = redis.call('HKEYS', K.shares)
-  for _, t in ipairs(all) do
-    if not skip[t] and share_of(t).r then want[t] = true; any = true end
+  for t, s in pairs(shares_published()) do
+    if not skip[t] and s.r then want[t] = true; any = true end
   end
   local out = {}
   if not any then return out end

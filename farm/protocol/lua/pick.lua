@@ -16,11 +16,16 @@ local function first_in(bids)
   end
   return best or bids[1]
 end
--- the most urgent batch of one tenant alone: the first of the order, ties by their heads' seq
-local function most_urgent()
-  local top = redis.call('ZRANGE', z, 0, 1, 'WITHSCORES')  -- the first two: a tie shows as equal scores
-  if #top < 4 or z == fcfs or top[2] ~= top[4] then return top[1] end
-  return first_in(redis.call('ZRANGEBYSCORE', z, top[2], top[2]))
+-- the most urgent batch of one tenant alone: the first of the order (`members`, with scores), ties by their
+-- heads' seq
+local function most_urgent(members)
+  if #members < 4 or z == fcfs or members[2] ~= members[4] then return members[1] end
+  local tied = {}
+  for i = 1, #members, 2 do
+    if members[i + 1] ~= members[2] then break end
+    tied[#tied + 1] = members[i]
+  end
+  return first_in(tied)
 end
 -- the most urgent batch of the tenants a fair share lets this worker serve (`shares.eligible` in Python);
 -- false when only capped tenants wait
@@ -33,7 +38,7 @@ local function fair_pick(members)
   local shares = {}
   for _, t in ipairs(waiting) do shares[t] = share_of(t) end
   local held_for = reserving(queue, seen_t)
-  if #waiting == 1 and shares[waiting[1]].cap[kind] == nil and #held_for == 0 then return most_urgent() end
+  if #waiting == 1 and shares[waiting[1]].cap[kind] == nil and #held_for == 0 then return most_urgent(members) end
   for _, t in ipairs(held_for) do shares[t] = share_of(t) end
   local use = busy_by_tenant({queue})
   local kind_use = use
