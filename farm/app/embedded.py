@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -288,7 +289,8 @@ class EmbeddedFarm:
                 self._backend.spawn(queue, missing)
 
     def wait_ready(self, timeout_s: float | None = None, stop: threading.Event | None = None) -> None:
-        """Block until every stage with a fixed pool has a worker taking requests, or `stop` is set.
+        """Block until every stage with a fixed pool has a worker taking requests, and Flower (when started)
+        receives the workers' events, or `stop` is set.
 
         Ready means registered in the farm's own worker registry (what the dispatch sees), not merely
         started by the backend."""
@@ -300,14 +302,33 @@ class EmbeddedFarm:
             while True:
                 live = inspect(redis, self.settings, queues=wanted)
                 missing = [q for q in wanted if not any(w.alive for w in live.stages[q].workers)]
+                if not missing and not self._flower_ready(expect_workers=bool(wanted)):
+                    missing = ["flower"]
                 if not missing or (stop is not None and stop.is_set()):
                     return
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"stage workers not ready after {limit:g} s: {missing}; "
+                    raise TimeoutError(f"farm not ready after {limit:g} s, waiting for {missing}; "
                                        f"{self._pending_note(missing)}see the logs under {self.settings.data_dir}")
                 time.sleep(0.2)
         finally:
             redis.close()
+
+    def _flower_ready(self, *, expect_workers: bool) -> bool:
+        """Flower answers and, when workers run, has seen one through its event receiver.
+
+        Task events are broadcast and kept by no one: a batch run before Flower's receiver subscribed would
+        never show in Flower. The receiver asks the workers for a heartbeat as it subscribes, so a worker in
+        Flower's event state proves the subscription."""
+        if self.flower_url is None:
+            return True
+        try:
+            # no proxy: Flower listens on loopback, wherever HTTP_PROXY points
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(f"{self.flower_url}/workers?json=1", timeout=2) as r:
+                rows = json.load(r).get("data") or []
+        except (OSError, ValueError, AttributeError):  # not listening yet, or an answer that is not its JSON
+            return False
+        return not expect_workers or any(row.get("status") for row in rows if isinstance(row, dict))
 
     def _pending_note(self, stages: Sequence[str]) -> str:
         """Why workers of a cluster backend are not ready: no node has room for what they ask for."""

@@ -129,6 +129,16 @@ def test_flower_shows_the_stage_workers(tmp_path):
         assert "farm.stage.synthetic.execute" in shown
 
 
+def test_once_the_farm_is_ready_flower_already_receives_the_workers_events(tmp_path):
+    # task events are broadcast and kept by no one: a batch served before Flower subscribed never shows there
+    port = free_port()
+    with EmbeddedFarm(Settings(data_dir=str(tmp_path)), flower_port=port) as farm:
+        farm.wait_ready()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/workers?json=1", timeout=5) as r:
+            rows = json.load(r)["data"]
+        assert any(row["status"] for row in rows), rows
+
+
 def test_flower_lists_and_finds_the_batch_request_and_status_a_worker_served(tmp_path):
     port = free_port()
     with EmbeddedFarm(Settings(data_dir=str(tmp_path)), flower_port=port) as farm:
