@@ -5,6 +5,7 @@ above it; a pipeline loads on first use, so a trainer client does not pay for a 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from importlib.metadata import entry_points
@@ -26,6 +27,17 @@ def register(pipeline: Pipeline, *, replace: bool = False) -> Pipeline:
     return pipeline
 
 
+@functools.cache
+def _entry_points() -> dict[str, str]:
+    """Each entry point's name -> target, read once per process: a scan reads every installed distribution's
+    metadata (tens of ms, paid per lookup before), and a pipeline installed later needs its processes restarted
+    anyway. The first of two entry points with one name wins, as a scan in order would pick it."""
+    found: dict[str, str] = {}
+    for ep in entry_points(group=GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
 def _load(target: str) -> Pipeline:
     module, _, attr = target.partition(":")
     obj = getattr(importlib.import_module(module), attr)
@@ -37,7 +49,7 @@ def get(name: str) -> Pipeline:
         found = _registry.get(name)
     if found is not None:
         return found
-    target = next((ep.value for ep in entry_points(group=GROUP) if ep.name == name), None)
+    target = _entry_points().get(name)
     if target is None:
         raise UnknownPipeline(f"unknown pipeline {name!r}; known: {', '.join(names())}")
     try:
@@ -48,7 +60,7 @@ def get(name: str) -> Pipeline:
 
 
 def names() -> list[str]:
-    found = {ep.name for ep in entry_points(group=GROUP)}
+    found = set(_entry_points())
     with _lock:
         found |= set(_registry)
     return sorted(found)

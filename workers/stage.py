@@ -86,15 +86,25 @@ def next_beat(last_beat: float, hold: Hold | None, busy: float, idle: float) -> 
     return min(last_beat + idle, max(last_beat, hold.picked) + busy)
 
 
+def kind_queues_of(queue: str) -> tuple[str, ...]:
+    """The stage queues of the queue's resource kind, its own included (where pick.lua counts a tenant's cap).
+
+    It loads every pipeline, a tenth of a second or more: a worker does it before it says it is ready (its
+    main process, `workers.task.register`), so its pool process inherits the answer and the start-up the
+    planner measures is the whole of it."""
+    return tuple(sorted({queue, *registry.queues_of_kind(registry.stage_by_queue(queue)[1].resource)}))
+
+
 class StageWorker:
     """What one worker process knows: its stage, its name, its Redis and the request it holds."""
 
-    def __init__(self, app: Celery, settings: Settings, queue: str, name: str) -> None:
+    def __init__(self, app: Celery, settings: Settings, queue: str, name: str,
+                 kind_queues: tuple[str, ...] | None = None) -> None:
         self.settings = settings
         self.queue = queue
         self.name = name
         self.pipeline, self.stage = registry.stage_by_queue(queue)
-        self.kind_queues = tuple(sorted({queue, *registry.queues_of_kind(self.stage.resource)}))
+        self.kind_queues = kind_queues if kind_queues is not None else kind_queues_of(queue)
         self.dispatch = Dispatch(settings)
         self.keys = Keys(settings.namespace)
         self.tokens = Tokens(app, settings)

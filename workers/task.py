@@ -23,7 +23,7 @@ from farm.protocol.dispatch import Dispatch
 from farm.protocol.tokens import task_name
 from farm.results import Status
 from workers.broker_poll import cut_short_on_close, slow_binding_refresh
-from workers.stage import StageWorker
+from workers.stage import StageWorker, kind_queues_of
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,12 @@ def _wake_loop() -> None:
 def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     """Define the stage's Celery task on `app` and hook the worker's lifecycle signals (one stage per process)."""
     registry.stage_by_queue(queue)  # fail early on an unknown stage
+    kind_queues = kind_queues_of(queue)  # here, before the worker is ready: not in the pool process's first pick
 
     def process_worker() -> StageWorker:
         global _worker
         if _worker is None:
-            _worker = StageWorker(app, settings, queue, name)
+            _worker = StageWorker(app, settings, queue, name, kind_queues)
         return _worker
 
     @app.task(name=task_name(queue), bind=True, base=StageTask, ignore_result=True, acks_late=True,

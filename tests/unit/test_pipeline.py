@@ -80,6 +80,35 @@ def test_an_unknown_pipeline_names_the_known_ones():
         registry.get("no-such-pipeline")
 
 
+def test_the_installed_pipelines_are_read_from_the_package_metadata_once_per_process(monkeypatch):
+    # a scan reads every installed distribution's metadata: a new worker's kind queues once took 5 of them
+    scans = []
+
+    def counting(**kw):
+        scans.append(kw)
+        return real(**kw)
+
+    real = registry.entry_points
+    monkeypatch.setattr(registry, "entry_points", counting)
+    registry._entry_points.cache_clear()
+    try:
+        registry.names()
+        registry.queues_of_kind("cpu")
+        with pytest.raises(UnknownPipeline):
+            registry.get("no-such-pipeline")
+    finally:
+        registry._entry_points.cache_clear()
+    assert scans == [{"group": registry.GROUP}]
+
+
+def test_a_stage_worker_counts_every_queue_of_its_resource_kind_for_the_caps():
+    from workers.stage import kind_queues_of
+
+    queues = kind_queues_of("synthetic.compile")
+    assert "synthetic.compile" in queues and "code.compile" in queues
+    assert "synthetic.execute" not in queues  # a GPU stage
+
+
 def test_registering_a_different_pipeline_under_a_taken_name_is_refused():
     registry.register(Pipeline("unit-taken", (_stage("a"),), lambda payload: Admission(())))
     with pytest.raises(ValueError, match="already registered"):

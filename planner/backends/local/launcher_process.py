@@ -115,7 +115,9 @@ def _name_of(line: bytes) -> str | None:
 
 def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
     name, stage, log_path = request["name"], request["stage"], request["log"]
-    registry.stage_by_queue(stage)  # the pipeline's modules load here, once, for every later fork
+    # the pipelines' modules load here, once, for every later fork: the stage's, and every pipeline's for the
+    # queues of its resource kind (workers.stage.kind_queues_of)
+    registry.queues_of_kind(registry.stage_by_queue(stage)[1].resource)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     launcher = os.getpid()
     sync_r, sync_w = os.pipe()
