@@ -22,7 +22,13 @@ and service times), B's mean busy workers while A ran (sampled from the stage's 
 the workers; and the targets: A's mean extra delay within D (the delay knob) and within 1.5x of `alone` in the
 same round; B at least its share. Without a reservation the pick is work-conserving: B holds every worker A is
 not using, and each of A's requests waits for one of B's to end (s_B / (k + 1) on average, k of B's requests
-running, printed), which no pick that does not preempt avoids; with one, workers idle for A instead.
+running, printed), which no pick that does not preempt avoids; with one, workers idle for A instead. Also printed
+per phase: A's same requests run on its share of the pool alone, first come first served with no overhead (the
+floor for any pick that keeps B's share; 0 when A's load fits its share, so what is left is overhead).
+
+On this 2-core machine (2026-11, `--duration-s 30`, helpers' jobs running): A alone 0.008 s; flood 0.570 s (71x);
+reserved 0.054 s (6.7x), 0.014 s past A's first batch (1.75x), which met B's flood holding every worker before A
+had a batch to reserve for; A's floor on its share 0.000 s; B busy 2.54 and 2.08 of its share of 2.
 """
 
 from __future__ import annotations
@@ -60,8 +66,23 @@ def extra_delay(results) -> float:
     return max(max(r.finished_at for r in results) - earliest, 0.0)
 
 
+def on_workers(batches: list[list[tuple[float, float]]], workers: int) -> float:
+    """A's mean extra delay had its requests ((arrival, service) per request, per batch) run on `workers` workers
+    of their own, first come first served, with no overhead: with only its share of the pool to run on (B, never
+    short of work, fills every other worker, and no pick preempts), the least A's mean can be."""
+    free = [0.0] * workers
+    finished: dict[tuple[int, int], float] = {}
+    for arrival, service, b, i in sorted((a, s, b, i) for b, reqs in enumerate(batches) for i, (a, s) in enumerate(reqs)):
+        k = min(range(workers), key=free.__getitem__)
+        free[k] = max(free[k], arrival) + service
+        finished[(b, i)] = free[k]
+    delays = [max(max(finished[(b, i)] for i in range(len(reqs))) - max(a + s for a, s in reqs), 0.0)
+              for b, reqs in enumerate(batches)]
+    return statistics.fmean(delays)
+
+
 def a_trainer(client: RewardClient, prefix: str, size: int, period_s: float, spread: float, duration_s: float,
-              out: list[tuple[int, float]]) -> None:
+              out: list[tuple[int, float, list[tuple[float, float]]]]) -> None:
     """A's steady trainer: a batch opened every period (rollout starts), its requests arriving one by one over
     `spread` of the period as generation ends them, each batch waited on in its own thread."""
     def one(n: int, opened: float) -> None:
@@ -69,7 +90,9 @@ def a_trainer(client: RewardClient, prefix: str, size: int, period_s: float, spr
         for i in range(size):
             time.sleep(max(0.0, opened + spread * period_s * (i + 1) / size - time.monotonic()))
             batch.submit(f"r{i}", {"times": [A_SERVICE_S, 0]})
-        out.append((n, extra_delay(batch.gather(timeout=600))))
+        results = batch.gather(timeout=600)
+        out.append((n, extra_delay(results), [(r.stages[0].queued_at, sum(st.finished_at - st.started_at for st in r.stages))
+                                              for r in results]))
 
     threads, start = [], time.monotonic()
     n = 0
@@ -112,7 +135,7 @@ def phase(settings: Settings, name: str, args) -> dict:
     run = f"{name}{uuid.uuid4().hex[:6]}"
     a_prefix, b_prefix = (f"{run}-", f"{run}-") if name == "one-tenant" else (f"t1:{run}-", f"t2:{run}-")
     shares = {"t1": FairShare(reserve=True)} if name == "reserved" else {}
-    delays: list[tuple[int, float]] = []
+    delays: list[tuple[int, float, list[tuple[float, float]]]] = []
     samples: list[int] = []
     stop = threading.Event()
     with RewardClient(settings) as client:
@@ -140,9 +163,12 @@ def phase(settings: Settings, name: str, args) -> dict:
                 b.cancel()
             except Exception:  # noqa: BLE001 - already over
                 pass
-    later = [d for n, d in delays if n > 0]  # past the first batch, which met B's flood holding every worker
-    delays = [d for _, d in sorted(delays)]
+    later = [d for n, d, _ in delays if n > 0]  # past the first batch, which met B's flood holding every worker
+    requests = [reqs for _, _, reqs in sorted(delays, key=lambda x: x[0])]
+    delays = [d for _, d, _ in sorted(delays, key=lambda x: x[0])]
     return {"phase": name, "a_batches": len(delays), "a_extra_delay_mean_s": statistics.fmean(delays),
+            # the same requests on A's share of the pool alone: the floor for any pick that keeps B's share
+            "a_on_its_share_s": on_workers(requests, max(1, args.workers // 2)),
             "a_extra_delay_p95_s": sorted(delays)[max(0, int(0.95 * len(delays)) - 1)],
             "a_extra_delay_mean_after_first_s": statistics.fmean(later) if later else None,
             "b_busy_workers_mean": statistics.fmean(samples) if samples and b_batches else 0.0}
@@ -192,6 +218,9 @@ def main(argv=None) -> int:
             ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
             print(f"  {name}/alone {ratio} (target <= 1.5: {c['ratio_ok']})  within D: {c['within_d']}  "
                   f"B >= its share: {c['b_at_least_share']}")
+            floor = rd["phases"][name]["a_on_its_share_s"]
+            print(f"    A's requests of this phase on its share ({args.workers // 2} workers) alone, no overhead: "
+                  f"{floor:.3f} s = {floor / alone if alone > 0 else float('nan'):.2f}x alone (the floor while B keeps its share)")
     if len(rounds) > 1:
         for name in ("flood", "reserved"):
             ratios = [rd["checks"][name]["ratio"] for rd in rounds if rd["checks"][name]["ratio"] is not None]
