@@ -127,8 +127,6 @@ def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | Non
     `backend` "ray" (with `backend_options={"address": ...}`) puts the workers on a Ray cluster. `tenants`:
     the replayed tasks divided between that many tenants `t1`..`tN` (`live_replay.plan.split_tenants`), with
     `shares` by those names (1 each, no cap, unless given)."""
-    data_dir = data_dir or tempfile.mkdtemp(prefix="farm-demo-")
-    out = Path(out) if out else Path(data_dir)
     startup = STARTUP_S[backend] if startup_s is None else startup_s
     backend_args = ["--ray-address", str(backend_options["address"])] if (backend_options or {}).get("address") else []
     trace = rp.select(tracefile.read(tracefile.resolve(trace_spec)), tasks, batches)
@@ -136,6 +134,8 @@ def run_demo(*, speed: float = 1.0, out: Path | None = None, data_dir: str | Non
         trace = split_tenants(trace, tenants)
     options = rp.ReplayOptions(speed=speed, startup_s=startup, shares=dict(shares or {}))
     farm_shares(trace, options.shares)  # a share for a tenant the trace lacks: refused before the farm starts
+    data_dir = data_dir or tempfile.mkdtemp(prefix="farm-demo-")
+    out = Path(out) if out else Path(data_dir)
     queues = registry.get(options.pipeline).queues
     say(f"starting an embedded farm in {data_dir} (Redis, SQLite history, recorder, planner, local workers)")
     # A short lease: a killed worker's request is back in its queue within seconds of the trace's scale.

@@ -83,6 +83,11 @@ def print_report(report: Mapping[str, Any]) -> None:
         ("extra delay p95 (s)", _fmt(m["extra_delay_p95_s"], 2), p and _fmt(p["extra_delay_p95_s"], 2)),
         ("extra delay max (s)", _fmt(m["extra_delay_max_s"], 2), p and _fmt(p["extra_delay_max_s"], 2)),
     ]
+    for tenant, own in m.get("tenants", {}).items():  # several tenants: each one's batches, as `farm eval` gives them
+        other = (p or {}).get("tenants", {}).get(tenant, {})
+        rows.append((f"tenant {tenant}: extra delay mean / max (s)",
+                     f"{_fmt(own['extra_delay_mean_s'], 2)} / {_fmt(own['extra_delay_max_s'], 2)}",
+                     p and f"{_fmt(other.get('extra_delay_mean_s'), 2)} / {_fmt(other.get('extra_delay_max_s'), 2)}"))
     for name, stage in m["stages"].items():
         other = (p or {}).get("stages", {}).get(name, {})
         rows.append((f"{name}: allocated worker-s", _fmt(stage["allocated_s"]), p and _fmt(other.get("allocated_s"))))
