@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from celery import Celery
 
+from farm import broker_client
 from farm.config import Settings, redis_url
 from farm.protocol.tokens import hard_limit, task_name
+
+broker_client.install()  # every process that talks to the broker imports this module
 
 # How long an idle worker's broker poll blocks. A token pushed meanwhile ends it at once, so it costs no pick-up
 # time; it is how often an idle worker and Redis wake for an empty reply, and how long a retired worker would
