@@ -160,6 +160,8 @@ class EmbeddedFarm:
             self._backend.close()
             self._backend = None
         self._stop.set()
+        if self._recorder is not None:
+            self._recorder.wake()  # its wait for the next entry ends now, not when it times out
         for thread in self._threads:
             thread.join(timeout=10)
         if self._recorder is not None:
