@@ -59,3 +59,43 @@ def test_while_a_call_waits_the_upkeep_goes_round_every_roll_check(settings):
         wait = asyncio.create_task(gateway.revocations.guard(1, asyncio.sleep(20 * CHECK_S)))
         await wait
     assert rounds_of(settings, waiting) >= 10
+
+
+def test_a_rolling_batch_sealed_for_idleness_leaves_the_states_to_watch_until_the_next_sample_joins(settings):
+    import redis.asyncio as aioredis
+
+    from farm.app.gateway.rolling import Roller, Rolling
+
+    async def main():
+        r = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+        roller, rolling = Roller(r, settings.namespace), Rolling("t", "math", 8, 0.0)
+        try:
+            await roller.join(r, 1, "openrlhf", rolling, "a" * 64, now=100.0)
+            watched = await roller.states(r)
+            sealed = await roller.idle(r, roller.state_key(1, "openrlhf"), now=101.0)
+            after_seal = await roller.states(r)
+            await roller.join(r, 1, "openrlhf", rolling, "b" * 64, now=102.0)
+            return watched, sealed, after_seal, await roller.states(r)
+        finally:
+            await r.aclose()
+    watched, sealed, after_seal, rejoined = asyncio.run(main())
+    state = f"{settings.namespace}:gw:roll:t1:openrlhf"
+    assert watched == {state} and sealed is not None and after_seal == set() and rejoined == {state}
+
+
+def test_a_rolling_batch_still_within_its_rollover_stays_watched(settings):
+    import redis.asyncio as aioredis
+
+    from farm.app.gateway.rolling import Roller, Rolling
+
+    async def main():
+        r = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+        roller = Roller(r, settings.namespace)
+        try:
+            await roller.join(r, 1, "openrlhf", Rolling("t", "math", 8, 30.0), "a" * 64, now=100.0)
+            sealed = await roller.idle(r, roller.state_key(1, "openrlhf"), now=101.0)
+            return sealed, await roller.states(r)
+        finally:
+            await r.aclose()
+    sealed, watched = asyncio.run(main())
+    assert sealed is None and watched == {f"{settings.namespace}:gw:roll:t1:openrlhf"}
