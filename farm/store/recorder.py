@@ -44,8 +44,9 @@ CHECK_EVERY_S = 5.0  # how often the stream's fill is looked at (and, when high,
 GATHER_S = 0.25  # after a wake-up, how long entries are let in before they are drained in one chunk
 # How long a drained recorder's wait for the next entry blocks. An entry ends it at once, and a stop does too
 # (`wake`: CLIENT UNBLOCK of the waiting connection), so it is only how often an idle recorder and its Redis wake
-# for nothing (at 1 s, most of the recorder's idle CPU), and how late a stop is seen where the unblock fails.
-BLOCK_MS = 10_000
+# for nothing (at 1 s, most of the recorder's idle CPU), and how late a stop is seen where the unblock fails. It
+# stays under redis-py's default socket timeout (5 s), past which the client would give up on the reply.
+BLOCK_MS = 4_000
 
 
 # built once: every chunk runs them, and building a statement costs more than its cached compile
