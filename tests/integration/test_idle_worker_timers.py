@@ -51,6 +51,10 @@ def test_the_broker_poll_over_tcp_blocks_for_the_long_timeout():
     assert brpop_timeout("redis://127.0.0.1:6379/0") == BRPOP_TIMEOUT_S > BRPOP_UNIX_TIMEOUT_S
 
 
+def test_the_broker_poll_over_tcp_outlasts_the_workers_ten_second_heartbeat():
+    assert BRPOP_TIMEOUT_S >= 30
+
+
 def test_the_broker_poll_over_a_unix_socket_stays_short_as_no_shutdown_can_cut_it():
     assert brpop_timeout("redis+socket:///run/redis.sock?virtual_host=0") == BRPOP_UNIX_TIMEOUT_S
 
