@@ -19,8 +19,11 @@ broker_client.install()  # every process that talks to the broker imports this m
 # How long an idle worker's broker poll blocks. A token pushed meanwhile ends it at once, so it costs no pick-up
 # time; it is how often an idle worker and Redis wake for an empty reply, and how long a retired worker would
 # linger, but workers.broker_poll ends the poll at a shutdown (CLIENT UNBLOCK, found by the connection's
-# address). On a unix socket, which it cannot find, the poll stays short (BRPOP_UNIX_TIMEOUT_S).
-BRPOP_TIMEOUT_S = 10.0
+# address). On a unix socket, which it cannot find, the poll stays short (BRPOP_UNIX_TIMEOUT_S). At 30 s it wakes
+# an idle worker a third as often as its Celery heartbeat (10 s); what grows with it is how long a half-open broker
+# connection goes unnoticed (kombu drops a BRPOP with no reply after the timeout plus its 25 s health-check
+# interval: 55 s), where a Redis restart or a closed socket ends the connection at once anyway.
+BRPOP_TIMEOUT_S = 30.0
 BRPOP_UNIX_TIMEOUT_S = 2.0
 
 

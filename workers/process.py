@@ -14,6 +14,8 @@ import sys
 import time
 
 import billiard.pool
+from celery.concurrency.asynpool import AsynPool
+from celery.concurrency.prefork import TaskPool
 from celery.utils.log import mlevel
 
 from farm import registry
@@ -31,6 +33,42 @@ RESULT_WAIT_S = 2.0
 # wakes the worker, Redis and Flower (a PUBLISH of 800 bytes, decoded there): at 2 s, six idle workers cost Flower
 # alone about 2 ms of CPU a second. A worker killed hard shows as offline in Flower 20 s later rather than 4 s.
 EVENT_HEARTBEAT_S = 10.0
+# How often the worker's main process looks over its pool anyway (Celery's prefork pool: every 5 s, a wake-up of an
+# idle worker each time). A pool process that exits is seen at once without it: its sentinel is in the event loop,
+# which replaces it then (QuietAsynPool._event_process_exit); the timer only backs that up.
+MAINTAIN_POOL_S = 30.0
+REAP_RETRY_S = 0.05  # a pool process whose sentinel closed but that cannot be reaped yet is looked at again so soon
+REAP_RETRIES = 100
+
+
+class QuietAsynPool(AsynPool):
+    """Celery's prefork pool, its upkeep timer at MAINTAIN_POOL_S, and a pool process that exits replaced as soon
+    as it can be reaped.
+
+    Celery replaces it when its sentinel becomes readable, but the sentinel closes as the process exits, a moment
+    before the kernel lets its parent reap it: a `maintain_pool` then finds it still running and leaves it, and
+    only the timer replaces it (about one exit in two, here). So the exit is looked at again every REAP_RETRY_S
+    until the process is gone from the pool."""
+
+    @property
+    def timers(self):
+        return {self.maintain_pool: MAINTAIN_POOL_S}
+
+    def _event_process_exit(self, hub, proc, tries: int = REAP_RETRIES):
+        super()._event_process_exit(hub, proc)
+        if proc in self._pool and tries > 0 and self._state == billiard.pool.RUN:
+            hub.call_later(REAP_RETRY_S, self._reap_again, hub, proc, tries - 1)
+
+    def _reap_again(self, hub, proc, tries: int) -> None:
+        self.maintain_pool()
+        if proc in self._pool and tries > 0 and self._state == billiard.pool.RUN:
+            hub.call_later(REAP_RETRY_S, self._reap_again, hub, proc, tries - 1)
+
+
+class QuietTaskPool(TaskPool):
+    """`--pool=prefork`, with QuietAsynPool in the worker's event loop."""
+
+    Pool = QuietAsynPool
 
 
 class WorkerArgumentError(ValueError):
@@ -103,9 +141,10 @@ def run_worker(app, queue: str, hostname: str, loglevel: int, events: bool) -> i
     pays many times over. The options are those `celery worker` would be given:
     `--pool=prefork --concurrency=1 --prefetch-multiplier=1 --without-gossip --without-mingle -Q queue`
     (and `--task-events` with events, which Flower needs; the worker heartbeat stays, Flower's liveness, every
-    EVENT_HEARTBEAT_S: `--heartbeat-interval`). Returns the worker's exit code."""
+    EVENT_HEARTBEAT_S: `--heartbeat-interval`), the prefork pool's upkeep timer slowed (QuietTaskPool). Returns
+    the worker's exit code."""
     _bound_result_wait()
-    worker = app.Worker(hostname=hostname, pool_cls="prefork", concurrency=1, prefetch_multiplier=1,
+    worker = app.Worker(hostname=hostname, pool_cls=QuietTaskPool, concurrency=1, prefetch_multiplier=1,
                         without_gossip=True, without_mingle=True, queues=[queue], loglevel=loglevel,
                         task_events=events, heartbeat_interval=EVENT_HEARTBEAT_S)
     worker.start()

@@ -236,14 +236,17 @@ class StageWorker:
                 continue  # the hold it waited on ended: the wait goes on at the idle cadence
             last_beat = time.monotonic()
             try:
+                sweepable = True  # holding a request, this worker's own lease is there to sweep
                 if hold is None:
-                    roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
+                    sweepable = roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
                 elif self.dispatch.heartbeat(hold.token, hold.batch, self.queue, self.name, time.time()) != "open":
                     hold.stop.set()  # cancelled batch or lost lease: the stage may stop, its result is discarded
                 if hold is None and time.monotonic() - self.last_active > self.settings.lease_s:
                     self.last_active = time.monotonic()
                     self.wake_if_pending()
-                if time.monotonic() - last_sweep >= sweep_every:
+                # an idle farm (no lease, no open batch) has nothing to sweep: its beat saw so, and the sweep's
+                # two round trips (the knobs, the script) are skipped; the next beat looks again
+                if sweepable and time.monotonic() - last_sweep >= sweep_every:
                     last_sweep = time.monotonic()
                     self.requeued(self.dispatch.sweep(), self.dispatch.knobs())
             except Exception:  # a Redis blip must not kill the heartbeat; the next beat retries

@@ -160,6 +160,8 @@ class EmbeddedFarm:
             self._backend.close()
             self._backend = None
         self._stop.set()
+        if self._recorder is not None:
+            self._recorder.wake()  # its wait for the next entry ends now, not when it times out
         for thread in self._threads:
             thread.join(timeout=10)
         if self._recorder is not None:
@@ -367,8 +369,9 @@ class EmbeddedFarm:
         address = "127.0.0.1"
         # bound to loopback: only this machine's users see it. `--enable_events=False`: Flower would broadcast
         # `enable_events` to every worker every 5 s, waking each one (and Redis, and itself) for nothing, as the
-        # farm's workers send their task events from the start (`farm worker --events`, the default)
-        self._start_process("flower", python("-m", "celery", "--broker", self.settings.broker,
+        # farm's workers send their task events from the start (`farm worker --events`, the default). Its event
+        # receiver waits for events without a one-second tick (farm.app.quiet_flower)
+        self._start_process("flower", python("-m", "farm.app.quiet_flower", "--broker", self.settings.broker,
                                              "flower", f"--address={address}", f"--port={self.flower_port}",
                                              "--enable_events=False"),
                             marker="flower", FLOWER_UNAUTHENTICATED_API="true")

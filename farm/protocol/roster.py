@@ -26,9 +26,14 @@ def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> Non
     pipe.execute()
 
 
-def beat(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
-    """The worker is alive at `now`."""
-    redis.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
+def beat(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> bool:
+    """The worker is alive at `now`; and whether a sweep could find anything (`Dispatch.sweep`), in the same
+    round trip: it gives back lapsed leases, which are all in `leases`, and abandons silent batches, all open
+    ones in `seen`, so with both empty (an idle farm) it has nothing to do."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
+    pipe.exists(keys.leases, keys.seen)
+    return bool(pipe.execute()[1])
 
 
 def retiring(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:

@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 START = "0-0"
 CHECK_EVERY_S = 5.0  # how often the stream's fill is looked at (and, when high, logged)
 GATHER_S = 0.25  # after a wake-up, how long entries are let in before they are drained in one chunk
+# How long a drained recorder's wait for the next entry blocks. An entry ends it at once, and a stop does too
+# (`wake`: CLIENT UNBLOCK of the waiting connection), so it is only how often an idle recorder and its Redis wake
+# for nothing (at 1 s, most of the recorder's idle CPU), and how late a stop is seen where the unblock fails. It
+# stays under redis-py's default socket timeout (5 s), past which the client would give up on the reply.
+BLOCK_MS = 4_000
 
 
 # built once: every chunk runs them, and building a statement costs more than its cached compile
@@ -70,7 +75,7 @@ class Recorder:
         *,
         redis: redis_lib.Redis | None = None,
         chunk: int = 2000,
-        block_ms: int = 1000,
+        block_ms: int = BLOCK_MS,
         trim: bool = True,
         on_recorded: Callable[[list[dict[str, Any]]], Any] | None = None,
         cap: int = EVENTS_MAXLEN,
@@ -86,6 +91,11 @@ class Recorder:
         if not gather_s >= 0:
             raise ValueError(f"gather_s must be >= 0, not {gather_s}")
         self.redis = redis
+        # the wait for the next entry has a connection of its own (made at the first wait), so that `wake` can
+        # name it to Redis
+        self._waiter: redis_lib.Redis | None = None
+        self._waiter_id: int | None = None
+        self._stopping = False  # `wake` was called: no new wait begins
         self.engine = engine
         self.stream = stream_key(settings.namespace)
         self.chunk = chunk
@@ -245,7 +255,7 @@ class Recorder:
                     continue
                 # drained: wait for the next entry without taking it, and touch the store only then
                 after = self._last or self.last_id()
-                pending = bool(self.redis.xread({self.stream: after}, count=1, block=self.block_ms))
+                pending = bool(self._wait(after))
                 if pending and self.gather_s:
                     stop.wait(self.gather_s)  # let the entries that follow this one in: one chunk for them all
             except (OperationalError, redis_lib.RedisError) as exc:
@@ -253,9 +263,35 @@ class Recorder:
                 lag = f" ({behind.length} entries waiting in the stream)" if behind is not None else ""
                 log.warning("recorder of %s: %s; retrying in %.0f s%s", self.stream, exc, retry_s, lag)
                 pending = True
+                self._waiter_id = None  # its connection may be a new one now
                 stop.wait(retry_s)
+
+    def _wait(self, after: str) -> Any:
+        """The next entry after `after` (without taking it), or nothing once `block_ms` passed or `wake` ended it."""
+        if self._waiter is None:
+            self._waiter = redis_lib.Redis(connection_pool=self.redis.connection_pool, single_connection_client=True)
+        if self._waiter_id is None:
+            self._waiter_id = int(self._waiter.client_id())
+        if self._stopping:
+            return None
+        return self._waiter.xread({self.stream: after}, count=1, block=self.block_ms)
+
+    def wake(self) -> None:
+        """End the wait for the next entry now: `run_forever`'s stop was set, and it is seen at once rather than
+        after `block_ms`. Safe from any thread but a signal handler; where the unblock fails (the waiting
+        connection was replaced unseen, Redis refuses CLIENT), the wait ends by its timeout."""
+        self._stopping = True
+        waiter = self._waiter_id
+        if waiter is None:
+            return
+        try:
+            self.redis.client_unblock(waiter)
+        except redis_lib.RedisError as exc:
+            log.info("could not cut the recorder's wait short (%s); it ends within %d ms", exc, self.block_ms)
 
     def close(self) -> None:
         """Close the Redis client if the recorder made it (a client passed in stays open)."""
+        if self._waiter is not None:
+            self._waiter.close()
         if self._owns_redis:
             self.redis.close()

@@ -7,10 +7,12 @@ import threading
 import time
 
 import pytest
+import redis
 
 from farm.celery_app import make_app
 from farm.config import Settings
-from farm.protocol.keys import QueuePart
+from farm.protocol import roster
+from farm.protocol.keys import Keys, QueuePart
 from workers.stage import Hold, StageWorker, beat_intervals
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -64,3 +66,36 @@ def test_a_request_served_within_the_busy_period_of_its_pick_costs_no_beat(worke
 def test_the_idle_period_never_exceeds_a_third_of_the_lease_nor_undercuts_the_busy_one():
     assert beat_intervals(9.0) == (0.5, 3.0)
     assert beat_intervals(0.9) == pytest.approx((0.3, 0.3))
+
+
+@pytest.fixture
+def farm_redis(redis_url, namespace):
+    client = redis.Redis.from_url(redis_url)
+    yield client, Keys(namespace)
+    client.close()
+
+
+def test_an_idle_beat_on_an_idle_farm_finds_nothing_to_sweep(farm_redis):
+    r, keys = farm_redis
+    assert roster.beat(r, keys, QUEUE, "beater", time.time()) is False
+
+
+def test_an_idle_beat_finds_something_to_sweep_while_a_lease_is_held(farm_redis):
+    r, keys = farm_redis
+    r.zadd(keys.leases, {"a-token": time.time() + 60})
+    assert roster.beat(r, keys, QUEUE, "beater", time.time()) is True
+
+
+def test_an_idle_beat_finds_something_to_sweep_while_a_batch_is_open(farm_redis):
+    r, keys = farm_redis
+    r.zadd(keys.seen, {"a-batch": time.time()})
+    assert roster.beat(r, keys, QUEUE, "beater", time.time()) is True
+
+
+def test_an_idle_worker_on_an_idle_farm_does_not_sweep(worker):
+    w, _ = worker
+    swept = []
+    w.dispatch.sweep = lambda: swept.append(True) or []
+    w.start()
+    time.sleep(3.5)  # the first beat, a third of the 9 s lease in, is when it would sweep
+    assert roster.beat(w.dispatch.redis, w.keys, QUEUE, "beater", time.time()) is False and swept == []

@@ -1,9 +1,13 @@
-"""An idle worker's event loop: its broker poll and kombu's timers let it sleep for seconds, not wake every second."""
+"""An idle worker's event loop: its broker poll, kombu's timers and its pool's upkeep let it sleep for seconds, not wake
+every second; a pool process that dies is still replaced at once."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
+import farm_test_pipelines  # noqa: F401  (registers the `faulty` pipeline in this process too)
 import pytest
 from kombu.asynchronous import Hub
 
@@ -14,6 +18,7 @@ from farm.celery_app import (
     make_app,
 )
 from workers.broker_poll import slow_binding_refresh
+from workers.process import MAINTAIN_POOL_S, QuietAsynPool
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -46,5 +51,34 @@ def test_the_broker_poll_over_tcp_blocks_for_the_long_timeout():
     assert brpop_timeout("redis://127.0.0.1:6379/0") == BRPOP_TIMEOUT_S > BRPOP_UNIX_TIMEOUT_S
 
 
+def test_the_broker_poll_over_tcp_outlasts_the_workers_ten_second_heartbeat():
+    assert BRPOP_TIMEOUT_S >= 30
+
+
 def test_the_broker_poll_over_a_unix_socket_stays_short_as_no_shutdown_can_cut_it():
     assert brpop_timeout("redis+socket:///run/redis.sock?virtual_host=0") == BRPOP_UNIX_TIMEOUT_S
+
+
+def test_the_pool_is_looked_over_only_every_thirty_seconds():
+    pool = QuietAsynPool.__new__(QuietAsynPool)  # its timers, without starting a process
+    assert list(pool.timers.values()) == [MAINTAIN_POOL_S] and MAINTAIN_POOL_S >= 30
+
+
+def pool_process_of(worker_pid: int) -> int | None:
+    with open(f"/proc/{worker_pid}/task/{worker_pid}/children") as f:
+        children = [int(pid) for pid in f.read().split()]
+    return children[0] if len(children) == 1 else None
+
+
+def test_a_pool_process_that_dies_is_replaced_at_once_not_at_the_slow_timer_and_serves(start_workers, reward_client):
+    [w] = start_workers("faulty.step", imports=("farm_test_pipelines",))
+    first = pool_process_of(w.pid)
+    os.kill(first, signal.SIGKILL)
+    killed = time.monotonic()
+    while pool_process_of(w.pid) in (None, first):
+        assert time.monotonic() - killed < 2.5  # well within Celery's own 5 s timer, let alone ours
+        time.sleep(0.05)
+    batch = reward_client.open_batch("t", "faulty", 1)
+    batch.submit("r0", {"do": "ok"})
+    [result] = batch.gather(timeout=20)
+    assert result.ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 
 import pytest
 import redis
@@ -338,3 +339,22 @@ def test_a_key_longer_than_the_store_takes_is_logged_and_counted(settings, engin
         assert recorder.run_once() == 1
     assert recorder.skipped == 1
     assert "batch is longer than the 1024 bytes a key of the history store may have" in caplog.text
+
+
+def test_an_idle_recorder_waits_long_for_entries_yet_a_woken_stop_ends_its_wait_at_once(settings, engine):
+    recorder = Recorder(settings, engine)  # the default wait: seconds, not a tick a second
+    stop = threading.Event()
+    thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        stop.wait(0.5)  # drained the empty stream: waiting for an entry
+        told = time.monotonic()
+        stop.set()
+        recorder.wake()
+        thread.join(timeout=recorder.block_ms / 1000)
+        assert not thread.is_alive() and time.monotonic() - told < 1.0 and recorder.block_ms >= 4_000
+    finally:
+        stop.set()
+        recorder.wake()
+        thread.join(timeout=15)
+        recorder.close()

@@ -51,8 +51,12 @@ def recorder(database_url: str | None, redis_url: str | None, once: bool, chunk:
             click.echo(f"recorded {n - rec.skipped} history events ({rec.skipped} skipped)")
             return
         stop = threading.Event()
+
+        def stopping(*_) -> None:  # the wake is Redis I/O: from a thread, never inside the handler
+            stop.set()
+            threading.Thread(target=rec.wake, name="farm-recorder-wake", daemon=True).start()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+            signal.signal(sig, stopping)
         logging.getLogger("farm.recorder").info("recording %s into the store%s", rec.stream,
                                                  f"; metrics on {server.url}" if server is not None else "")
         rec.run_forever(stop)

@@ -6,7 +6,7 @@ waiting for, and its upkeep asks the store which of those were revoked (`Directo
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from farm.app.gateway.auth import Unauthenticated
 
@@ -17,7 +17,8 @@ REVOKED = "this tenant was revoked: its calls end, and its token no longer works
 class Revocations:
     """The waits in flight, by tenant; `revoke` ends a tenant's."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_wait: Callable[[], None] | None = None) -> None:
+        self._on_wait = on_wait  # told when a call begins to wait (the gateway's upkeep looks for revocations)
         self._waiting: dict[int, tuple[asyncio.Event, int]] = {}  # tenant -> (revoked, calls waiting)
         self._revoked: set[int] = set()
 
@@ -40,6 +41,8 @@ class Revocations:
             raise Unauthenticated(REVOKED)
         event, count = self._waiting.get(tenant_id, (asyncio.Event(), 0))
         self._waiting[tenant_id] = (event, count + 1)
+        if self._on_wait is not None:
+            self._on_wait()
         task, stop = asyncio.ensure_future(work), asyncio.ensure_future(event.wait())
         try:
             await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)

@@ -5,6 +5,7 @@ in the tenant's names and within its limits. The HTTP routes only translate to a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -33,6 +34,10 @@ from farm.results import Result
 from farm.store.tenants import Tenant
 
 log = logging.getLogger(__name__)
+# How often an idle gateway's upkeep looks for rolling batches anyway, with no sample joined and no call waiting
+# here: a partly filled batch another gateway process opened and left (it died) is sealed this much later than
+# its rollover. Everything else it does is for samples and calls of its own, which wake it.
+IDLE_UPKEEP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,8 @@ class Gateway:
                                 lambda conn_id: client.redis.client_unblock(conn_id))
         self.waiting = WaitingSlots()
         self.hub = ResultHub(client, self.bell)
-        self.revocations = Revocations()  # a revoked tenant's waits end (farm.app.gateway.revocation)
+        self.revocations = Revocations(on_wait=self.stir)  # a revoked tenant's waits end (farm.app.gateway.revocation)
+        self._stirred = asyncio.Event()  # a sample joined or a call began to wait: the upkeep has work again
         self._limits: Limits | None = None
         self._roller: Roller | None = None
 
@@ -280,8 +286,10 @@ class Gateway:
                     stale: Joined | None = None) -> Joined:
         """The sample's batch and request; LimitExceeded before it joins as a new request past the tenant's limit."""
         most = caller.tenant.limits.queued_requests
-        return await self.client.call(lambda r: self.roller.join(r, caller.tenant.id, protocol, rolling, key,
-                                                                 time.time(), stale, most))
+        joined = await self.client.call(lambda r: self.roller.join(r, caller.tenant.id, protocol, rolling, key,
+                                                                   time.time(), stale, most))
+        self.stir()  # a rolling batch to seal once its samples stop
+        return joined
 
     async def _stored(self, caller: Caller, joined: Joined) -> Result | None:
         """The result the sample's request already has, if it finished."""
@@ -300,15 +308,21 @@ class Gateway:
 
     async def seal_idle(self) -> int:
         """Seal the rolling batches whose samples stopped coming."""
+        return (await self._seal_idle())[0]
+
+    async def _seal_idle(self) -> tuple[int, int]:
+        """Seal the rolling batches whose samples stopped coming; how many it sealed, and how many tenants'
+        rolling batches it looked at."""
         sealed = 0
         roller = self.roller
-        for state in await self.client.call(roller.states):
+        states = await self.client.call(roller.states)
+        for state in states:
             found = await self.client.call(lambda r: roller.idle(r, state, time.time()))
             if found is not None:
                 tenant_id, name = found
                 await self._seal_quietly(Scope(tenant_id).batch(name))
                 sealed += 1
-        return sealed
+        return sealed, len(states)
 
     async def end_revoked(self) -> set[int]:
         """End the waits of tenants revoked since they began; those tenants."""
@@ -317,20 +331,37 @@ class Gateway:
             self.revocations.revoke(tenant_id)
         return revoked
 
+    def stir(self) -> None:
+        """Something for the upkeep to watch has begun here (a sample joined a rolling batch, a call waits)."""
+        self._stirred.set()
+
     async def upkeep(self) -> None:
+        """The background round of every gateway process: every `roll_check_s` while it has something to watch,
+        rolling batches (sealed once their samples stop) or calls waiting here (revoked tenants' end within
+        `auth_ttl_s`; lapsed leases are given back every `sweep_s` while they wait). With neither, nothing is due
+        until a sample joins or a call waits here, which wakes it (`stir`): an idle gateway does not wake every
+        second. It still looks every IDLE_UPKEEP_S, for the rolling batches of another gateway process."""
         last_sweep = last_revoked = 0.0
         while True:
+            self._stirred.clear()  # what stirs from here on is seen by this round or wakes the next wait
+            watching = True
             try:  # first: it needs the store only, not the farm
                 if time.monotonic() - last_revoked >= self.settings.auth_ttl_s:  # as often as lookups renew
                     await self.end_revoked()
                     last_revoked = time.monotonic()
-                await self.seal_idle()
+                _, rolling = await self._seal_idle()
                 if time.monotonic() - last_sweep >= self.settings.sweep_s:
                     await self.client.sweep()  # leases of workers that died return to the queues
                     last_sweep = time.monotonic()
+                watching = bool(rolling or self.revocations.waiting())
             except Exception as exc:  # keep going: the next round may find the farm back
                 log.warning("gateway upkeep failed: %s", exc)
-            await asyncio.sleep(self.settings.roll_check_s)
+            if watching:
+                await asyncio.sleep(self.settings.roll_check_s)
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stirred.wait(), IDLE_UPKEEP_S)
+            last_sweep = last_revoked = 0.0  # after a quiet spell the next round does all it does
 
     async def close(self) -> None:
         await self.hub.close()
