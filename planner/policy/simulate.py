@@ -70,16 +70,21 @@ class _Stage:
     groups: int
     lim_s: np.ndarray
     cuts: dict = field(default_factory=dict)
+    cut_lists: dict = field(default_factory=dict)
     swept: dict = field(default_factory=dict)
     _lists: tuple | None = None
     _fifos: tuple | None = None
 
-    def lists(self, cut: np.ndarray) -> tuple:
-        """The sweep's inputs as plain lists (its loops run faster on them); `arr` ends with an inf sentinel."""
+    def lists(self, stop_early: bool) -> tuple:
+        """The sweep's inputs as plain lists (its loops run faster on them), computed once per mode: `arr`
+        ends with an inf sentinel; the cut is the mode's (`cuts`, set before)."""
         if self._lists is None:
             grp = self.grp.tolist() if self.grp is not None else []
             self._lists = (self.arr.tolist() + [_INF], self.srv.tolist(), grp)
-        return (*self._lists, cut.tolist())
+        cut = self.cut_lists.get(stop_early)
+        if cut is None:
+            cut = self.cut_lists[stop_early] = self.cuts[stop_early].tolist()
+        return (*self._lists, cut)
 
     def fifos(self) -> tuple[np.ndarray, list[int]]:
         """The requests by FIFO (`rounds.fifos`), computed once."""
@@ -229,7 +234,7 @@ class Simulator:
         if pays(len(free), srv):
             fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
         else:
-            arr, srv_l, grp, cut_l = prepared.lists(cut)
+            arr, srv_l, grp, cut_l = prepared.lists(stop_early)
             heap = free.tolist()  # in order: a heap
             if prepared.grp is None:
                 fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l)
