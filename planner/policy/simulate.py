@@ -33,7 +33,7 @@ import numpy as np
 
 from farm.knobs import SCHEDULERS
 from planner.policy.rounds import fifos, pays, sweep_rounds
-from planner.policy.sweep import slots, sweep_ebf, sweep_fcfs
+from planner.policy.sweep import quiet_start, slots, sweep_ebf, sweep_fcfs
 from planner.policy.workload import Workload
 
 _INF = float("inf")
@@ -235,11 +235,12 @@ class Simulator:
             fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
         else:
             arr, srv_l, grp, cut_l = prepared.lists(stop_early)
-            heap = free.tolist()  # in order: a heap
+            m, first, heap = quiet_start(prepared.arr, srv, free, cut)  # a sorted list is a heap
+            fin = first.tolist() + [0.0] * (len(srv) - m)
             if prepared.grp is None:
-                fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l)
+                fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l, m, fin)
             else:
-                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, heap, cut_l)
+                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, heap, cut_l, m, fin)
             fin = np.asarray(fin)
         if bad < 0:
             prepared.swept[n_workers] = fin

@@ -1,4 +1,5 @@
-"""decide() with SIMULATE's stages in vectorised rounds decides as with the sweep one request at a time."""
+"""decide() with SIMULATE's stages in vectorised rounds, or its sweep one request at a time from its quiet
+start, decides as with the sweep one request at a time from the first request."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import random
 from dataclasses import replace
 from unittest import mock
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,19 @@ def _decide_with(rounds: bool, snap, knobs, seed):
     """The decision with rounds at every stage (`rounds`), or at none: `pays` picks the path."""
     with mock.patch("planner.policy.simulate.pays", lambda n_workers, srv: rounds):
         return decide(snap, knobs, random.Random(seed))
+
+
+def _decide_one_at_a_time(quiet: bool, snap, knobs, seed):
+    """The decision with the sweep one request at a time at every stage, from its quiet start (`quiet`)
+    or from the first request."""
+    def from_first(arr, srv, free, cut):
+        return 0, np.zeros(0), list(free)
+
+    with mock.patch("planner.policy.simulate.pays", lambda n_workers, srv: False):
+        if quiet:
+            return decide(snap, knobs, random.Random(seed))
+        with mock.patch("planner.policy.simulate.quiet_start", from_first):
+            return decide(snap, knobs, random.Random(seed))
 
 
 @st.composite
@@ -42,3 +57,10 @@ def _case(draw):
 def test_rounds_and_the_one_at_a_time_sweep_decide_the_same(case):
     snap, knobs, seed = case
     assert _decide_with(True, snap, knobs, seed) == _decide_with(False, snap, knobs, seed)
+
+
+@settings(max_examples=30, deadline=None)
+@given(_case())
+def test_the_sweep_from_its_quiet_start_and_from_the_first_request_decide_the_same(case):
+    snap, knobs, seed = case
+    assert _decide_one_at_a_time(True, snap, knobs, seed) == _decide_one_at_a_time(False, snap, knobs, seed)
