@@ -33,7 +33,7 @@ import numpy as np
 
 from farm.knobs import SCHEDULERS
 from planner.policy.rounds import fifos, pays, sweep_rounds
-from planner.policy.sweep import quiet_start, slots, sweep_ebf, sweep_fcfs
+from planner.policy.sweep import QUIET_FROM, quiet_start, slots, sweep_ebf, sweep_fcfs
 from planner.policy.workload import Workload
 
 _INF = float("inf")
@@ -235,8 +235,11 @@ class Simulator:
             fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
         else:
             arr, srv_l, grp, cut_l = prepared.lists(stop_early)
-            m, first, heap = quiet_start(prepared.arr, srv, free, cut)  # a sorted list is a heap
-            fin = first.tolist() + [0.0] * (len(srv) - m)
+            if len(free) >= QUIET_FROM:
+                m, first, heap = quiet_start(prepared.arr, srv, free, cut)  # a sorted list is a heap
+                fin = first.tolist() + [0.0] * (len(srv) - m)
+            else:
+                m, fin, heap = 0, None, free.tolist()
             if prepared.grp is None:
                 fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l, m, fin)
             else:

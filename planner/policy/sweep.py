@@ -16,6 +16,7 @@ import numpy as np
 from planner.policy.workload import Workload
 
 _INF = float("inf")
+QUIET_FROM = 128  # workers: with fewer, a quiet start is short and the sweep is as fast without it
 
 
 def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> np.ndarray:

@@ -7,7 +7,6 @@ import random
 from dataclasses import replace
 from unittest import mock
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,16 +23,11 @@ def _decide_with(rounds: bool, snap, knobs, seed):
 
 
 def _decide_one_at_a_time(quiet: bool, snap, knobs, seed):
-    """The decision with the sweep one request at a time at every stage, from its quiet start (`quiet`)
-    or from the first request."""
-    def from_first(arr, srv, free, cut):
-        return 0, np.zeros(0), list(free)
-
-    with mock.patch("planner.policy.simulate.pays", lambda n_workers, srv: False):
-        if quiet:
-            return decide(snap, knobs, random.Random(seed))
-        with mock.patch("planner.policy.simulate.quiet_start", from_first):
-            return decide(snap, knobs, random.Random(seed))
+    """The decision with the sweep one request at a time at every stage, from its quiet start whatever
+    the pool (`quiet`) or from the first request."""
+    with mock.patch("planner.policy.simulate.pays", lambda n_workers, srv: False), \
+            mock.patch("planner.policy.simulate.QUIET_FROM", 0 if quiet else 10**9):
+        return decide(snap, knobs, random.Random(seed))
 
 
 @st.composite
