@@ -12,9 +12,9 @@ of numpy operations. The sweep's semantics, restated so that a round follows fro
   free times of the heap are no later than any finish of the round, they are its pops in order.
 A round takes the heap's earliest free times W (sorted), dispatches at the running maximum of W and the
 arrivals, and then keeps its prefix up to the first pop that a finish of the round precedes. Which FIFO
-takes each dispatch is counted per class of the i most urgent FIFOs: a class takes every dispatch at
-which it has an arrived request left, so its count after k dispatches is min(k, min_j (a_j + k - j)),
-a_j its arrivals by T_j; a dispatch belongs to the first class whose count rises there.
+takes each dispatch follows FIFO by FIFO, most urgent first: a FIFO takes every dispatch still free at
+which it has an arrived request left, so its m-th request takes the first free dispatch at or after
+both its arrival and its (m-1)-th one's (a running maximum over its requests of the round, `_picks`).
 
 A round pays where many workers are free before any of them is back (a large pool of long requests);
 with a few workers of short requests it is a handful of dispatches, and the sweep one at a time is
@@ -75,18 +75,18 @@ def sweep_rounds(arr: np.ndarray, srv: np.ndarray, fifo: tuple[np.ndarray, list[
         np.maximum.accumulate(t, out=t)
         active = _contenders(t, head, fifo_arr, [nxt[g] - bounds[g] for g in range(groups)], size)
         if len(active) == 1:
-            counts = None
+            slots = None
             p = order[nxt[active[0]]:nxt[active[0]] + size]
         else:
-            counts = _classes(t, [fifo_arr[g] for g in active], [nxt[g] - bounds[g] for g in active])
-            p = _taken(counts, order, [nxt[g] for g in active])
+            p, slots = _picks(t, [fifo_arr[g] for g in active], [nxt[g] - bounds[g] for g in active], order,
+                              [nxt[g] for g in active])
         f = t + srv[p]
         if size > 1:
             early = np.flatnonzero(w[1:] > np.minimum.accumulate(f)[:-1])
             if len(early):  # a worker of this round is back before that pop: the round ends there
                 size = int(early[0]) + 1
                 t, p, f = t[:size], p[:size], f[:size]
-        took = [size] if counts is None else np.diff(counts[:, size - 1], prepend=0).tolist()
+        took = [size] if slots is None else [int(np.searchsorted(x, size)) for x in slots]
         for g, c in zip(active, took):
             nxt[g] += c
             head[g] = float(arr_o[nxt[g]]) if nxt[g] < bounds[g + 1] else _INF
@@ -120,42 +120,38 @@ def _contenders(t: np.ndarray, head: list[float], arrivals: list[np.ndarray], ta
     return out
 
 
-def _classes(t: np.ndarray, arrivals: list[np.ndarray], taken: list[int]) -> np.ndarray:
-    """counts[i, k]: the dispatches 0..k that the i+1 most urgent FIFOs take (`arrivals` of each, in
-    order of urgency, of which the first `taken` are gone already).
+def _picks(t: np.ndarray, arrivals: list[np.ndarray], taken: list[int], order: np.ndarray,
+           nxt: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The request of each dispatch of the round, and the dispatches each FIFO takes (in order), for the
+    FIFOs in order of urgency (`arrivals` of each, of which the first `taken` are gone already; `nxt`:
+    the position in `order` of its first one left).
 
-    A FIFO's requests arrived by each dispatch: those by the first dispatch, plus, per request arriving
-    within the round, every dispatch from the first at or after its arrival on (one count of the
-    arrivals within the round instead of a search per dispatch)."""
+    FIFO by FIFO: the most urgent takes every dispatch at which it has a request arrived, so its m-th
+    request takes dispatch max(e_m, its (m-1)-th + 1), e_m the first at or after its arrival, which is
+    m + the running maximum of e_j - j. The next FIFO does the same on the dispatches still free (counted
+    among those only), and so on until every dispatch is taken: a few operations on each FIFO's requests
+    of the round, none on a FIFO-by-dispatch table."""
     size = len(t)
-    rows = len(arrivals)
-    first = np.empty(rows, dtype=np.int64)
-    within = []
-    for i, (a, gone) in enumerate(zip(arrivals, taken)):
-        lo = int(np.searchsorted(a, t[0], side="right"))
-        hi = int(np.searchsorted(a, t[-1], side="right"))
-        first[i] = lo - gone
-        if hi > lo:
-            within.append(np.searchsorted(t, a[lo:hi], side="left") + i * size)
-    flat = np.concatenate(within) if within else np.zeros(0, dtype=np.int64)
-    counts = np.bincount(flat, minlength=rows * size).reshape(rows, size)
-    counts[:, 0] += first
-    np.cumsum(counts, axis=0, out=counts)
-    np.cumsum(counts, axis=1, out=counts)
-    k = np.arange(1, size + 1)
-    counts -= k
-    np.minimum.accumulate(counts, axis=1, out=counts)
-    np.minimum(counts, 0, out=counts)
-    counts += k
-    return counts
-
-
-def _taken(counts: np.ndarray, order: np.ndarray, nxt: list[int]) -> np.ndarray:
-    """The request of each dispatch: of the first class whose count rises there, its FIFO's next one."""
-    rise = np.empty_like(counts)
-    rise[:, 0] = counts[:, 0]
-    np.subtract(counts[:, 1:], counts[:, :-1], out=rise[:, 1:])
-    which = len(counts) - rise.sum(axis=0)
-    cols = np.arange(counts.shape[1])
-    before = np.where(which > 0, counts[np.maximum(which - 1, 0), cols], 0)
-    return order[np.asarray(nxt)[which] + counts[which, cols] - before - 1]
+    p = np.empty(size, dtype=order.dtype)
+    busy = np.zeros(0, dtype=np.int64)  # the dispatches taken so far, in order
+    out = []
+    for a, gone, start in zip(arrivals, taken, nxt):
+        free = size - len(busy)
+        if not free:
+            out.append(busy[:0])
+            continue
+        hi = min(int(np.searchsorted(a, t[-1], side="right")), gone + free)
+        e = np.searchsorted(t, a[gone:hi], side="left")
+        if len(busy):
+            e -= np.searchsorted(busy, e, side="left")  # among the free dispatches
+        m = np.arange(len(e))
+        e -= m
+        np.maximum.accumulate(e, out=e)
+        e += m
+        e = e[:int(np.searchsorted(e, free))]
+        if len(busy):  # the c-th free dispatch: c plus the taken ones before it
+            e += np.searchsorted(busy - np.arange(len(busy)), e, side="right")
+        p[e] = order[start:start + len(e)]
+        out.append(e)
+        busy = np.sort(np.concatenate([busy, e]), kind="stable")  # two sorted runs: merged
+    return p, out

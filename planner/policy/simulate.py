@@ -33,7 +33,7 @@ import numpy as np
 
 from farm.knobs import SCHEDULERS
 from planner.policy.rounds import fifos, pays, sweep_rounds
-from planner.policy.sweep import slots, sweep_ebf, sweep_fcfs
+from planner.policy.sweep import QUIET_FROM, quiet_start, slots, sweep_ebf, sweep_fcfs
 from planner.policy.workload import Workload
 
 _INF = float("inf")
@@ -70,16 +70,21 @@ class _Stage:
     groups: int
     lim_s: np.ndarray
     cuts: dict = field(default_factory=dict)
+    cut_lists: dict = field(default_factory=dict)
     swept: dict = field(default_factory=dict)
     _lists: tuple | None = None
     _fifos: tuple | None = None
 
-    def lists(self, cut: np.ndarray) -> tuple:
-        """The sweep's inputs as plain lists (its loops run faster on them); `arr` ends with an inf sentinel."""
+    def lists(self, stop_early: bool) -> tuple:
+        """The sweep's inputs as plain lists (its loops run faster on them), computed once per mode: `arr`
+        ends with an inf sentinel; the cut is the mode's (`cuts`, set before)."""
         if self._lists is None:
             grp = self.grp.tolist() if self.grp is not None else []
             self._lists = (self.arr.tolist() + [_INF], self.srv.tolist(), grp)
-        return (*self._lists, cut.tolist())
+        cut = self.cut_lists.get(stop_early)
+        if cut is None:
+            cut = self.cut_lists[stop_early] = self.cuts[stop_early].tolist()
+        return (*self._lists, cut)
 
     def fifos(self) -> tuple[np.ndarray, list[int]]:
         """The requests by FIFO (`rounds.fifos`), computed once."""
@@ -229,12 +234,16 @@ class Simulator:
         if pays(len(free), srv):
             fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
         else:
-            arr, srv_l, grp, cut_l = prepared.lists(cut)
-            heap = free.tolist()  # in order: a heap
-            if prepared.grp is None:
-                fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l)
+            arr, srv_l, grp, cut_l = prepared.lists(stop_early)
+            if len(free) >= QUIET_FROM:
+                m, first, heap = quiet_start(prepared.arr, srv, free, cut)  # a sorted list is a heap
+                fin = first.tolist() + [0.0] * (len(srv) - m)
             else:
-                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, heap, cut_l)
+                m, fin, heap = 0, None, free.tolist()
+            if prepared.grp is None:
+                fin, bad = sweep_fcfs(arr, srv_l, heap, cut_l, m, fin)
+            else:
+                fin, bad = sweep_ebf(arr, srv_l, grp, self.groups, heap, cut_l, m, fin)
             fin = np.asarray(fin)
         if bad < 0:
             prepared.swept[n_workers] = fin

@@ -16,6 +16,7 @@ import numpy as np
 from planner.policy.workload import Workload
 
 _INF = float("inf")
+QUIET_FROM = 128  # workers: with fewer, a quiet start is short and the sweep is as fast without it
 
 
 def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> np.ndarray:
@@ -38,12 +39,53 @@ def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> np
     return out
 
 
-def sweep_fcfs(arr, srv, free, cut):
-    """FCFS: in arrival order, each request takes the first worker free. `arr` ends with an inf sentinel."""
+def quiet_start(arr: np.ndarray, srv: np.ndarray, free: np.ndarray, cut: np.ndarray) -> tuple[int, np.ndarray, list]:
+    """The sweep's first m dispatches at once, where none leaves a request waiting for a later one: m, their
+    finish times and the heap of free times after them (`sweep_fcfs` and `sweep_ebf` go on from there,
+    `start=m`). Over numpy arrays in arrival order (no sentinel); `free` earliest first.
+
+    While no request waits behind another, the k-th dispatch is the k-th request's, at
+    T_k = max(T_{k-1}, P_k, a_k), P_k the k-th pop: the k-th smallest of the free times and the finishes
+    T_l + s_l before it (pops never decrease, and a later finish is after T_k). A guess of T (each request
+    at its arrival, or when the pool's k-th worker is first free) is checked against that recurrence with
+    the pops that it gives (where it holds, they are the sweep's), and the prefix ends
+    before its first miss, before the first request that arrived by an earlier one's dispatch and starts
+    later (there EBF's order, not arrival, picks), and at an arrival after the last dispatch (nothing
+    waits to go on from). A prefix in which a request starts after its cut is not taken: the sweep finds
+    which one it stops at."""
+    n = int(np.searchsorted(arr, _INF))  # requests never served upstream (inf) come last and wait
+    workers = len(free)
+    size = min(n, max(4 * workers, 256))
+    while size:
+        a, s = arr[:size], srv[:size]
+        guess = np.full(size, -_INF)
+        guess[:workers] = free[:size]
+        t = np.maximum.accumulate(np.maximum(a, guess))
+        pops = np.sort(np.concatenate([free, t + s]))[:size]
+        before = np.concatenate([[-_INF], t[:-1]])
+        miss = np.flatnonzero(t != np.maximum(np.maximum(before, pops), a))
+        behind = np.flatnonzero((a[1:] <= t[:-1]) & (t[1:] != t[:-1]))
+        end = min(int(miss[0]) if len(miss) else size, int(behind[0]) + 1 if len(behind) else size)
+        nxt = arr[size] if size < len(arr) else _INF
+        clear = np.flatnonzero(np.append(a[1:], nxt)[:end] > t[:end])
+        m = int(clear[-1]) + 1 if len(clear) else 0  # an arrival after dispatch m - 1: nothing waits there
+        if m == size and size < n:
+            size = min(n, 2 * size)
+            continue
+        if (t[:m] > cut[:m]).any():
+            m = 0
+        f = t[:m] + s[:m]
+        return m, f, np.sort(np.concatenate([free, f]))[m:].tolist()
+    return 0, np.zeros(0), list(free)
+
+
+def sweep_fcfs(arr, srv, free, cut, start: int = 0, fin: list | None = None):
+    """FCFS: in arrival order, each request takes the first worker free. `arr` ends with an inf sentinel.
+    From request `start` on, with `fin` holding the finishes before it (`quiet_start`)."""
     n = len(arr) - 1
-    fin = [0.0] * n
+    fin = [0.0] * n if fin is None else fin
     heapreplace = heapq.heapreplace
-    for i in range(n):
+    for i in range(start, n):
         a = arr[i]
         w = free[0]
         t = a if a >= w else w
@@ -55,15 +97,16 @@ def sweep_fcfs(arr, srv, free, cut):
     return fin, -1
 
 
-def sweep_ebf(arr, srv, grp, groups, free, cut):
+def sweep_ebf(arr, srv, grp, groups, free, cut, start: int = 0, fin: list | None = None):
     """EBF: a free worker takes the head of the most urgent waiting FIFO; `grp` is the rank of the
-    request's batch key (equal keys share a FIFO, ordered by arrival). `arr` ends with an inf sentinel."""
+    request's batch key (equal keys share a FIFO, ordered by arrival). `arr` ends with an inf sentinel.
+    From request `start` on (none waiting), with `fin` holding the finishes before it (`quiet_start`)."""
     n = len(arr) - 1
-    fin = [0.0] * n
+    fin = [0.0] * n if fin is None else fin
     fifo = [deque() for _ in range(groups)]
     urgent: list[int] = []  # heap of the ranks that have requests waiting
     heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
-    i, t = 0, -_INF
+    i, t = start, -_INF
     while i < n or urgent:
         w = free[0]
         if not urgent:

@@ -1,4 +1,5 @@
-"""decide() with SIMULATE's stages in vectorised rounds decides as with the sweep one request at a time."""
+"""decide() with SIMULATE's stages in vectorised rounds, or its sweep one request at a time from its quiet
+start, decides as with the sweep one request at a time from the first request."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ from planner.policy.decide import decide
 def _decide_with(rounds: bool, snap, knobs, seed):
     """The decision with rounds at every stage (`rounds`), or at none: `pays` picks the path."""
     with mock.patch("planner.policy.simulate.pays", lambda n_workers, srv: rounds):
+        return decide(snap, knobs, random.Random(seed))
+
+
+def _decide_one_at_a_time(quiet: bool, snap, knobs, seed):
+    """The decision with the sweep one request at a time at every stage, from its quiet start whatever
+    the pool (`quiet`) or from the first request."""
+    with mock.patch("planner.policy.simulate.pays", lambda n_workers, srv: False), \
+            mock.patch("planner.policy.simulate.QUIET_FROM", 0 if quiet else 10**9):
         return decide(snap, knobs, random.Random(seed))
 
 
@@ -42,3 +51,10 @@ def _case(draw):
 def test_rounds_and_the_one_at_a_time_sweep_decide_the_same(case):
     snap, knobs, seed = case
     assert _decide_with(True, snap, knobs, seed) == _decide_with(False, snap, knobs, seed)
+
+
+@settings(max_examples=30, deadline=None)
+@given(_case())
+def test_the_sweep_from_its_quiet_start_and_from_the_first_request_decide_the_same(case):
+    snap, knobs, seed = case
+    assert _decide_one_at_a_time(True, snap, knobs, seed) == _decide_one_at_a_time(False, snap, knobs, seed)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from planner.policy.rounds import fifos, pays, sweep_rounds
+from planner.policy.rounds import _picks, fifos, pays, sweep_rounds
 from planner.policy.sweep import sweep_ebf, sweep_fcfs
 
 _INF = float("inf")
@@ -95,3 +95,44 @@ def test_rounds_pay_only_for_many_workers_free_before_any_is_back():
     assert pays(2000, long)
     assert not pays(100, long)
     assert not pays(2000, np.array([0.5, 50.0, 50.0]))
+
+
+@st.composite
+def _round(draw):
+    """A round's dispatch times and its FIFOs' arrivals (most urgent first), some taken already; the round
+    ends at the first dispatch at which no FIFO has a request arrived (a round never has one)."""
+    t = np.sort(np.asarray(draw(st.lists(_time, min_size=1, max_size=40))))
+    fifos = [sorted(draw(st.lists(_time, max_size=25))) for _ in range(draw(st.integers(1, 6)))]
+    taken = [draw(st.integers(0, len(a))) for a in fifos]
+    nxt = list(taken)
+    for k in range(len(t)):
+        ready = [g for g, a in enumerate(fifos) if nxt[g] < len(a) and a[nxt[g]] <= t[k]]
+        if not ready:
+            t = t[:k]
+            break
+        nxt[ready[0]] += 1
+    return t, [np.asarray(a) for a in fifos], taken
+
+
+def _picks_one_at_a_time(t, arrivals, taken, starts):
+    nxt = list(taken)
+    picks, slots = [], [[] for _ in arrivals]
+    for k, at in enumerate(t):
+        g = next(g for g, a in enumerate(arrivals) if nxt[g] < len(a) and a[nxt[g]] <= at)
+        picks.append(starts[g] + nxt[g] - taken[g])
+        slots[g].append(k)
+        nxt[g] += 1
+    return picks, slots
+
+
+@settings(max_examples=400, deadline=None)
+@given(_round())
+def test_each_dispatch_of_a_round_goes_to_the_most_urgent_fifo_with_a_request_arrived(case):
+    t, arrivals, taken = case
+    assume(len(t) > 0)
+    starts = [100 * (g + 1) for g in range(len(arrivals))]  # where each FIFO's next request sits in `order`
+    order = np.arange(100 * (len(arrivals) + 2))
+    p, slots = _picks(t, arrivals, taken, order, starts)
+    picks, expected = _picks_one_at_a_time(t, arrivals, taken, starts)
+    assert p.tolist() == picks
+    assert [s.tolist() for s in slots] == expected
