@@ -14,6 +14,7 @@ On this 2-core machine (2026-11, loaded by other jobs), 600 requests, 3 alternat
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -24,25 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tree(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            kids = [int(k) for k in f.read().split()]
-    except OSError:
-        return [pid]
-    return [pid] + [p for k in kids for p in _tree(k)]
-
-
-def _cpu_s(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+def _proc_cpu():
+    """bench/proc_cpu.py, loaded from beside this file: a run measuring another checkout (`--code`) imports `farm`
+    and `bench` from there, and that checkout may have none."""
+    spec = importlib.util.spec_from_file_location("bench_proc_cpu", Path(__file__).with_name("proc_cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while they are made
+    spec.loader.exec_module(module)
+    return module
 
 
 def one_round(requests: int) -> dict[str, float]:
@@ -57,24 +47,31 @@ def one_round(requests: int) -> dict[str, float]:
         with EmbeddedFarm(Settings(data_dir=data_dir), workers={"synthetic.compile": 1, "synthetic.execute": 1}) as farm:
             farm.wait_ready()
 
-            def cmdline(pid: int) -> str:
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        return f.read().decode(errors="replace")
-                except OSError:
-                    return ""
+            proc_cpu = _proc_cpu()
+            snap = proc_cpu.snapshot()
+            one = proc_cpu.Placed("workers", "workers", "workers")
 
-            launchers = [p for p in _tree(os.getpid())[1:] if "launcher_process" in cmdline(p)]
+            def under(root: int) -> dict:  # every process below `root`, all placed as the workers
+                where = proc_cpu.placed(snap, {root: one}, lambda pid, parent: parent)
+                del where[root]
+                return where
+
+            launchers = [pid for pid in under(os.getpid()) if "launcher_process" in proc_cpu.cmdline(pid)]
             if not launchers:
                 raise RuntimeError("no local worker launcher among this process's children")
-            workers = _tree(launchers[0])[1:]  # each worker's main process and its pool process
+            workers = under(launchers[0])  # each worker's main process and its pool process
+
+            def cpu_ms() -> float:  # what they ran and what they reaped (proc_cpu's accounting)
+                now = proc_cpu.snapshot()
+                return proc_cpu.by_role(now, {pid: p for pid, p in workers.items() if pid in now}).get("workers", 0.0)
+
             with RewardClient(farm.settings) as client:
-                before = _cpu_s(workers)
+                before = cpu_ms()
                 batch = client.open_batch("bench-worker-cpu", "synthetic", requests)
                 batch.submit_many([(f"r{i}", {"times": [0.001, 0.001]}) for i in range(requests)])
                 batch.gather(timeout=600)
-                spent = _cpu_s(workers) - before
-    return {"ms_per_request": 1000 * spent / requests, "ms_per_stage_visit": 1000 * spent / requests / 2}
+                spent = cpu_ms() - before
+    return {"ms_per_request": spent / requests, "ms_per_stage_visit": spent / requests / 2}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,6 @@ from celery.exceptions import TimeLimitExceeded
 from kombu.asynchronous import get_event_loop
 from redis.exceptions import RedisError
 
-from farm import registry
 from farm.celery_app import broker_url
 from farm.config import Settings
 from farm.protocol import roster
@@ -82,8 +81,8 @@ def _wake_loop() -> None:
 
 def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     """Define the stage's Celery task on `app` and hook the worker's lifecycle signals (one stage per process)."""
-    registry.stage_by_queue(queue)  # fail early on an unknown stage
-    kind_queues = kind_queues_of(queue)  # here, before the worker is ready: not in the pool process's first pick
+    # here, before the worker is ready, not in the pool process's first pick; an unknown stage fails here too
+    kind_queues = kind_queues_of(queue)
 
     def process_worker() -> StageWorker:
         global _worker

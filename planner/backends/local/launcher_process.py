@@ -23,9 +23,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
-from farm import registry
 from farm.processes import nice_session, tether
 from workers.process import serve
+from workers.stage import kind_queues_of
 
 # imported before any fork: what every worker needs to reach Celery's worker_ready
 PRELOAD = (
@@ -116,8 +116,8 @@ def _name_of(line: bytes) -> str | None:
 def _fork_worker(request: Mapping[str, Any], close_fds: tuple[int, ...]) -> int:
     name, stage, log_path = request["name"], request["stage"], request["log"]
     # the pipelines' modules load here, once, for every later fork: the stage's, and every pipeline's for the
-    # queues of its resource kind (workers.stage.kind_queues_of)
-    registry.queues_of_kind(registry.stage_by_queue(stage)[1].resource)
+    # queues of its resource kind
+    kind_queues_of(stage)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     launcher = os.getpid()
     sync_r, sync_w = os.pipe()
