@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, Response
 
 from farm.app.gateway.farm_view import FarmView
-from farm.app.gateway.web import gateway, operator
+from farm.app.gateway.web import gateway_of, operator
 
 PAGE = Path(__file__).resolve().parents[2] / "data" / "ui"
 router = APIRouter(prefix="/ui", dependencies=[Depends(operator)], include_in_schema=False)
@@ -22,11 +22,11 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "base-uri 'none'; frame-ancestors 'none'")
 
 
-def farm_view(request: Request) -> FarmView:
-    """One per gateway process, made on the first page view."""
+async def farm_view(request: Request) -> FarmView:
+    """One per gateway process, made on the first page view (async: a `def` dependency would run on a thread)."""
     state = request.app.state
     if getattr(state, "farm_view", None) is None:
-        state.farm_view = FarmView(gateway(request).client.settings, getattr(state, "engine", None))
+        state.farm_view = FarmView(gateway_of(request).client.settings, getattr(state, "engine", None))
     return state.farm_view
 
 

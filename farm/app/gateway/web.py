@@ -25,14 +25,20 @@ STATUS = [(Unauthenticated, 401), (Forbidden, 403), (TooLarge, 413), (LimitExcee
           *HTTP_STATUS]
 
 
-def gateway(request: Request) -> Gateway:
+def gateway_of(request: Request) -> Gateway:
     return request.app.state.gateway
+
+
+async def gateway(request: Request) -> Gateway:
+    """The route dependency. Async on purpose: FastAPI runs a plain `def` dependency on a worker thread, a thread
+    hop (and a wake-up of the event loop) on every request for an attribute read."""
+    return gateway_of(request)
 
 
 async def caller(request: Request) -> Caller:
     """The tenant calling, from its bearer token or the `/t/<token>/` path prefix."""
     token = request.path_params.get("token") or bearer(request.headers.get("authorization"))
-    c = await gateway(request).caller(token)
+    c = await gateway_of(request).caller(token)
     request.state.scope = c.scope
     return c
 
