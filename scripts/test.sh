@@ -51,6 +51,7 @@ export FARM_VERL_PYTHON="$verl_env/bin/python" FARM_REQUIRE_TRAINERS=1
 log "the sandbox's launcher (bubblewrap: workers/sandbox/)"
 have bwrap || apt_install bubblewrap
 bwrap --version
+have cc || apt_install gcc libc6-dev  # the farm builds its launcher with it (workers/sandbox/launcher.py)
 
 log "headless chromium (the farm page's browser test)"
 have chromium && have chromedriver || apt_install chromium chromium-driver

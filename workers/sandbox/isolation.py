@@ -23,7 +23,7 @@ import subprocess
 import sysconfig
 from typing import Mapping
 
-from workers.sandbox import cgroups, launch
+from workers.sandbox import cgroups, launch, launcher
 from workers.sandbox.limits import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,8 @@ def mode() -> str:
 def _why_not_contained() -> str | None:
     if os.geteuid() != 0:
         return "the worker is not root: the sandbox needs root to give each run a uid and a cgroup of its own"
-    missing = [name for name in ("bwrap", "setpriv", "prlimit") if launch.tool(name) is None]
+    needed = ("bwrap",) if launcher.path() is not None else ("bwrap", "setpriv", "prlimit")  # built on first use
+    missing = [name for name in needed if launch.tool(name) is None]
     if missing:
         return f"{' and '.join(missing)} not installed (bubblewrap, util-linux)"
     hierarchy = cgroups.probe()
@@ -87,8 +88,9 @@ def describe() -> str:
     bwrap = launch.tool("bwrap") or "bwrap"
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
     hierarchy = cgroups.probe()
+    first = "the farm's launcher" if launcher.path() is not None else "prlimit and setpriv (no launcher built)"
     return (f"sandbox: {version}, allow-list root, namespaces user/mount/pid/net/ipc/uts/cgroup; per-run "
-            f"memory and process limits by {hierarchy.describe()}")
+            f"memory and process limits by {hierarchy.describe()}; rlimits and uid by {first}")
 
 
 def hidden_paths() -> tuple[str, ...]:

@@ -2,12 +2,14 @@
 
 A worker is a large process (an interpreter with Celery, perhaps sympy or a CUDA context), so forking it costs
 milliseconds per run and running Python in the child (a `preexec_fn`) costs tens more in copied pages (a 300 MB
-worker: 20 ms a run). So the worker starts util-linux's `prlimit` (the run's rlimits, on itself) with `vfork`,
-which execs `setpriv` (the run's uid, no groups), which execs bubblewrap; bubblewrap builds the namespaces and
-the root, reports its namespace child on a status descriptor, and waits on a block descriptor. While nothing of
-the program has run, the worker puts bubblewrap's processes into the run's cgroup, then lets it go: everything
-the program starts inherits the rlimits and the cgroup. (Setting the rlimits from the worker with prlimit(2)
-would save an exec but needs CAP_SYS_RESOURCE, which a worker's container may not grant.)
+worker: 20 ms a run). So the worker starts, with `vfork`, the farm's compiled launcher (`launcher.c`: the run's
+rlimits on itself, the run's uid and gid, no groups), which execs bubblewrap; where it cannot be built,
+util-linux's `prlimit` (the rlimits), which execs `setpriv` (the uid), which execs bubblewrap. bubblewrap builds
+the namespaces and the root, reports its namespace child on a status descriptor, and waits on a block
+descriptor. While nothing of the program has run, the worker puts bubblewrap's processes into the run's cgroup,
+then lets it go: everything the program starts inherits the rlimits and the cgroup. (Setting the rlimits from the
+worker with prlimit(2) would save the launcher's exec but needs CAP_SYS_RESOURCE, which a worker's container may
+not grant.)
 
 The status descriptor is bubblewrap's, closed before the program runs: its `exit-code` document says the
 program was started, so a launch that failed is told apart from a program that failed, whatever it printed.
@@ -25,7 +27,7 @@ import subprocess
 import time
 from typing import Any, Sequence
 
-from workers.sandbox import cgroups, root
+from workers.sandbox import cgroups, launcher, root
 from workers.sandbox.limits import Limits, SandboxUnavailable
 
 PROCESSES = 2  # bubblewrap's monitor and its PID namespace's init, besides the program's own
@@ -58,7 +60,7 @@ def _tool_or_fail(name: str) -> str:
 
 
 class Launch:
-    """One program's start: contained (setpriv, bubblewrap, the run's cgroup and rlimits), or uncontained
+    """One program's start: contained (the launcher, bubblewrap, the run's cgroup and rlimits), or uncontained
     (rlimits only, for a development machine that allows it)."""
 
     def __init__(self, contained: bool, argv: Sequence[str], limits: Limits, uid: int | None,
@@ -76,11 +78,8 @@ class Launch:
                                     preexec_fn=self._limit_self, **popen), None
         status_read, status_write = os.pipe()
         block_read, block_write = os.pipe()
-        limits = [f"--{name}={soft}:{hard}" for name, (soft, hard) in self._rlimits()]
-        argv = [_tool_or_fail("prlimit"), *limits, "--",
-                _tool_or_fail("setpriv"), f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--",
-                _tool_or_fail("bwrap"), "--json-status-fd", str(status_write), "--block-fd", str(block_read),
-                *_NAMESPACES, *self.root_args, "--", *self.argv]
+        argv = [*self._dropping(), _tool_or_fail("bwrap"), "--json-status-fd", str(status_write),
+                "--block-fd", str(block_read), *_NAMESPACES, *self.root_args, "--", *self.argv]
         passed = tuple(popen.pop("pass_fds", ()))
         try:
             proc = subprocess.Popen(argv, cwd="/", start_new_session=True, close_fds=True,
@@ -141,6 +140,16 @@ class Launch:
             return int(json.loads(first)["child-pid"])
         except (ValueError, KeyError, TypeError):
             raise SandboxUnavailable(f"bubblewrap reported {bytes(first[:200])!r}, not its child") from None
+
+    def _dropping(self) -> list[str]:
+        """What execs bubblewrap with the run's rlimits, as the run's uid and gid with no groups."""
+        rlimits = self._rlimits()
+        compiled = launcher.path()
+        if compiled is not None:
+            return [compiled, str(self.uid), str(self.uid),
+                    *(f"{name}={soft}:{hard}" for name, (soft, hard) in rlimits), "--"]
+        return [_tool_or_fail("prlimit"), *(f"--{name}={soft}:{hard}" for name, (soft, hard) in rlimits), "--",
+                _tool_or_fail("setpriv"), f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
 
     def _rlimits(self) -> list[tuple[str, tuple[int, int]]]:
         """The run's rlimits, by prlimit's names for them. Not RLIMIT_NPROC where a cgroup caps the run: it
