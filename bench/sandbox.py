@@ -5,7 +5,10 @@
 - overhead: the same trivial program (`/bin/true`, and `python3 -I -S -c pass`) run N times bare
   (`subprocess.run`) and in the sandbox (`workers.sandbox.run`: namespaces, uid, rlimits, tmpfs
   working directory, output pipes); also `sandbox.call` of a trivial function against a bare
-  `os.fork` + `waitpid`. Rounds interleave bare and sandboxed runs; p50 and p99 in ms.
+  `os.fork` + `waitpid`. Rounds interleave bare and sandboxed runs; p50 and p99 in ms. Where a cpuacct
+  hierarchy (cgroup v1) is writable, also each run's CPU (`cpu_p50_ms`): this process and everything it
+  starts in a group of their own, bubblewrap's namespace init included (reparented to the host's init, it is
+  missing from this process's reaped-children times).
 - farm: the 164 HumanEval canonical solutions submitted at once through RewardClient to real
   `farm worker` processes (one `code.fetch_tests`, `--workers` `code.run`), until the last result is
   back: requests per second; the same solutions scored one after another in this process
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import cpu_groups  # noqa: E402
 from workers import sandbox  # noqa: E402
 
 
@@ -59,17 +63,50 @@ def _nothing(_):
     return None
 
 
+class _Cpu:
+    """The CPU of what a call runs, from a cpuacct group around this process (None without one)."""
+
+    def __init__(self) -> None:
+        self.groups = cpu_groups.CpuGroups() if cpu_groups.available() else None
+        if self.groups is not None:
+            self.groups.move(os.getpid(), "bench")
+
+    def used_ms(self) -> float | None:
+        return None if self.groups is None else self.groups.usage_ms()["bench"]
+
+    def close(self) -> None:
+        if self.groups is not None:
+            self.groups.close()
+
+
+def _measured(fn, cpu: _Cpu, wall: list[float], used: list[float]) -> None:
+    before = cpu.used_ms()
+    wall.append(_timed(fn))
+    if before is not None:
+        used.append(cpu.used_ms() - before)
+
+
+def _figures(wall: list[float], used_ms: list[float]) -> dict[str, float]:
+    return {**_percentiles(wall), **({"cpu_p50_ms": round(statistics.median(used_ms), 2)} if used_ms else {})}
+
+
 def overhead(runs: int) -> dict:
     programs = {"true": ["/bin/true"], "python": [sandbox.python_executable(), "-I", "-S", "-c", "pass"]}
     out = {}
-    for name, argv in programs.items():
-        bare, boxed = [], []
-        for _ in range(runs):
-            bare.append(_timed(lambda: subprocess.run(argv, capture_output=True, check=True)))
-            boxed.append(_timed(lambda: sandbox.run(argv)))
-        b, s = _percentiles(bare), _percentiles(boxed)
-        out[name] = {"bare": b, "sandbox": s, "overhead_p50_ms": round(s["p50_ms"] - b["p50_ms"], 2),
-                     "ratio_p50": round(s["p50_ms"] / b["p50_ms"], 2)}
+    cpu = _Cpu()
+    try:
+        for name, argv in programs.items():
+            bare, boxed, bare_cpu, boxed_cpu = [], [], [], []
+            for _ in range(runs):
+                _measured(lambda: subprocess.run(argv, capture_output=True, check=True), cpu, bare, bare_cpu)
+                _measured(lambda: sandbox.run(argv), cpu, boxed, boxed_cpu)
+            b, s = _figures(bare, bare_cpu), _figures(boxed, boxed_cpu)
+            out[name] = {"bare": b, "sandbox": s, "overhead_p50_ms": round(s["p50_ms"] - b["p50_ms"], 2),
+                         "ratio_p50": round(s["p50_ms"] / b["p50_ms"], 2)}
+            if "cpu_p50_ms" in s:
+                out[name]["cpu_overhead_p50_ms"] = round(s["cpu_p50_ms"] - b["cpu_p50_ms"], 2)
+    finally:
+        cpu.close()
     bare = [_timed(_bare_fork) for _ in range(runs)]
     boxed = [_timed(lambda: sandbox.call(_nothing, None)) for _ in range(runs)]
     b, s = _percentiles(bare), _percentiles(boxed)
@@ -165,6 +202,9 @@ def paired(baseline: Path, rounds: int, runs: int, workers: int, redis_url: str,
             note(side, "python_p50_ms", o["python"]["sandbox"]["p50_ms"])
             note(side, "bare_python_p50_ms", o["python"]["bare"]["p50_ms"])
             note(side, "call_p50_ms", o["call"]["sandbox_call"]["p50_ms"])
+            for name in ("python", "true"):
+                if "cpu_p50_ms" in o[name]["sandbox"]:  # a baseline from before the CPU figure has none
+                    note(side, f"{name}_cpu_p50_ms", o[name]["sandbox"]["cpu_p50_ms"])
             if farm:
                 f = through_farm(workers, redis_url, ROOT if side == "this" else baseline)
                 note(side, "humaneval_requests_per_s", f["requests_per_s"])

@@ -233,6 +233,32 @@ def test_nothing_outside_the_allow_list_exists_inside():
     assert r.stdout == b"[]\n"
 
 
+_ETC_SEEN = """
+import hashlib, os, stat
+def seen(path):
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return ['link', os.readlink(path)]
+    if stat.S_ISDIR(st.st_mode):
+        return ['dir', oct(st.st_mode), {n: seen(os.path.join(path, n)) for n in sorted(os.listdir(path))}]
+    return ['file', oct(st.st_mode), st.st_mtime_ns, hashlib.sha256(open(path, 'rb').read()).hexdigest()]
+"""  # what a program sees of an entry: links, modes, times, contents
+
+
+def test_etc_holds_the_farms_files_and_the_hosts_linker_entries_read_only():
+    linked = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+    r = _py(_ETC_SEEN + "import json\n"
+            f"print(json.dumps([sorted(os.listdir('/etc')), {{n: seen('/etc/' + n) for n in {linked!r} "
+            "if os.path.exists('/etc/' + n)}, bool(os.statvfs('/etc').f_flag & os.ST_RDONLY)]))")
+    names, entries, read_only = json.loads(r.stdout)
+    scope: dict = {}
+    exec(_ETC_SEEN, scope)
+    # a bind showed a top-level link as the file it leads to
+    host = {n: scope["seen"](os.path.realpath(f"/etc/{n}")) for n in linked if os.path.exists(f"/etc/{n}")}
+    assert names == sorted(["group", "hostname", "hosts", "nsswitch.conf", "passwd", *host])
+    assert entries == host and read_only
+
+
 def test_hidden_paths_inside_an_allowed_tree_are_empty(monkeypatch, tmp_path):
     tree = "/var/lib/farm-tree-test"
     shutil.rmtree(tree, ignore_errors=True)

@@ -3,8 +3,8 @@
 - read-only: `/usr` (interpreters, compilers and their libraries; the CUDA toolkit under /usr/local) and the
   merged-/usr links or directories beside it (/bin, /lib, ...); the interpreter's own tree where it lives
   elsewhere (`FARM_SANDBOX_PYTHON`); trees the operator adds (`FARM_SANDBOX_TREES`, paths joined by `:`);
-- a minimal /etc made by the farm (passwd and group naming the sandbox user, hosts, the dynamic linker's
-  cache and configuration, the alternatives links), never the host's;
+- a minimal /etc made by the farm, one read-only mount (passwd and group naming the sandbox user, hosts; copies
+  of the host's dynamic linker cache and configuration, alternatives links and localtime), never the host's;
 - private and size-capped: the working directory (`/work`, the run's tmpfs), /tmp and /dev/shm;
 - a minimal /dev (null, zero, full, random, urandom, tty, a private pts) and, for GPU runs, the NVIDIA nodes;
 - its own /proc (its PID namespace only).
@@ -16,11 +16,13 @@ neither a program nor a compiler reads them. No /run, /var, /sys, /home, /root, 
 
 from __future__ import annotations
 
-import functools
+import fnmatch
 import glob
 import hashlib
 import os
 import shutil
+import stat
+import time
 from typing import Sequence
 
 from workers.sandbox.limits import Limits
@@ -61,14 +63,82 @@ def _under(path: str, tree: str) -> bool:
     return path == tree or path.startswith(tree.rstrip("/") + "/")
 
 
+class _Watch:
+    """The paths a result was made from, each with its stamp (type, inode, size, modification and change
+    times): the result holds while every stamp does. A directory's stamp moves when an entry is added, removed
+    or replaced (the only way to change a link), a file's when it is written. Not trusted while a change is
+    too recent to tell a second one in the same clock tick apart (by its ctime: the kernel's clock at the
+    change, which no one can set ahead)."""
+
+    _SETTLED_NS = 2_000_000_000
+
+    def __init__(self) -> None:
+        self.stamps: dict[tuple[str, bool], tuple | None] = {}  # (path, links followed): the first stamp seen
+        self.recent = False
+        self._settled = time.time_ns() - self._SETTLED_NS
+
+    def stat(self, path: str, follow: bool = True) -> os.stat_result | None:
+        st = _stat(path, follow)
+        self.stamps.setdefault((path, follow), self._fields(st))
+        self.recent = self.recent or (st is not None and st.st_ctime_ns >= self._settled)
+        return st
+
+    def listing(self, path: str) -> dict[str, bool]:
+        """A directory's entries (name: whether it is a link), empty where there is none."""
+        st = self.stat(path)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            return {}
+        try:
+            with os.scandir(path) as it:
+                return {e.name: e.is_symlink() for e in sorted(it, key=lambda e: e.name)}
+        except OSError:
+            return {}
+
+    def holds(self) -> bool:
+        return not self.recent and all(self._fields(_stat(path, follow)) == fields
+                                       for (path, follow), fields in self.stamps.items())
+
+    @staticmethod
+    def _fields(st: os.stat_result | None) -> tuple | None:
+        return st and (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat(path: str, follow: bool) -> os.stat_result | None:
+    try:
+        return os.stat(path) if follow else os.lstat(path)
+    except OSError:
+        return None
+
+
+_made: dict[tuple, tuple[_Watch, object]] = {}  # what a call made, by its arguments, with what it was made from
+
+
+def _remembered(key: tuple, make) -> object:
+    """`make(watch)`'s result for `key`, made again only when a path it was made from has changed."""
+    known = _made.get(key)
+    if known is not None and known[0].holds():
+        return known[1]
+    watch = _Watch()
+    result = make(watch)
+    if not watch.recent:
+        _made[key] = (watch, result)
+    return result
+
+
 def masks(bound: Sequence[str], hidden: Sequence[str]) -> tuple[str, ...]:
-    """Directories and files inside the bound trees that must look empty: Python packages and hidden paths."""
+    """Directories and files inside the bound trees that must look empty: Python packages and hidden paths.
+    (Found again only when a directory on the way changes: the search costs more than a few stats.)"""
+    return _remembered(("masks", tuple(bound), tuple(hidden)), lambda watch: _masks(bound, hidden, watch))
+
+
+def _masks(bound: Sequence[str], hidden: Sequence[str], watch: _Watch) -> tuple[str, ...]:
     found: list[str] = []
     for tree in bound:
         for pattern in _PACKAGE_DIRS:
-            for path in glob.glob(os.path.join(tree, pattern)):
+            for path in _matches(tree, pattern, watch):
+                st = watch.stat(path)  # where a link leads (the link itself is in its directory's stamp)
                 real = os.path.realpath(path)
-                if os.path.isdir(real) and real not in found and any(_under(real, t) for t in bound):
+                if st and stat.S_ISDIR(st.st_mode) and real not in found and any(_under(real, t) for t in bound):
                     found.append(real)
     for path in hidden:
         if any(_under(path, t) for t in bound) and path not in found and not any(_under(path, f) for f in found):
@@ -76,9 +146,40 @@ def masks(bound: Sequence[str], hidden: Sequence[str]) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-@functools.lru_cache(maxsize=4)
-def etc_dir(state_root: str) -> str:
-    """The farm's /etc for sandboxes, written once per content under `state_root` (root-owned, read-only)."""
+def _matches(tree: str, pattern: str, watch: _Watch) -> list[str]:
+    """The paths under `tree` that the glob `pattern` names, as `glob.glob` finds them."""
+    paths = [tree]
+    for part in pattern.split("/"):
+        if glob.has_magic(part):
+            paths = [os.path.join(p, name) for p in paths for name in fnmatch.filter(watch.listing(p), part)]
+        else:
+            paths = [os.path.join(p, part) for p in paths if part in watch.listing(p)]
+    return paths
+
+
+def etc_dir(state_root: str, host: str = "/etc") -> str:
+    """The sandbox's whole /etc, bound as one mount (each mount costs bubblewrap a pass over the mount table):
+    the farm's own files beside copies of the host's linker configuration, alternatives links and localtime,
+    as the host has them now. Written once per content under `state_root` (root-owned, read-only inside);
+    the host's entries are read again only when one changed, so an `ldconfig` or `update-alternatives`
+    reaches the next run, as it did when each was bound from the host."""
+    path = _remembered(("etc", state_root, host), lambda watch: _etc(state_root, host, watch))
+    if not os.path.isdir(path):  # its state directory was cleared under a running worker
+        _made.pop(("etc", state_root, host), None)
+        path = _remembered(("etc", state_root, host), lambda watch: _etc(state_root, host, watch))
+    return path
+
+
+def _etc(state_root: str, host: str, watch: _Watch) -> str:
+    entries = _farm_entries() + _host_entries(host, watch)
+    key = hashlib.sha256(repr(entries).encode()).hexdigest()[:12]
+    path = os.path.join(state_root, f"etc-{key}")
+    if not os.path.isdir(path):
+        _write_tree(path, entries)
+    return path
+
+
+def _farm_entries() -> list[tuple]:
     files = {
         "passwd": f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n{USER}:x:{UID}:{UID}:{USER}:/tmp:/bin/sh\n"
                   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -87,21 +188,70 @@ def etc_dir(state_root: str) -> str:
         "hostname": "sandbox\n",
         "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
     }
-    key = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:12]
-    path = os.path.join(state_root, f"etc-{key}")
-    if not os.path.isdir(path):
-        staging = f"{path}.{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging, mode=0o755)
-        for name, text in files.items():
-            with open(os.path.join(staging, name), "w") as fh:
-                fh.write(text)
-            os.chmod(os.path.join(staging, name), 0o644)
+    return [(name, "f", 0o644, None, text.encode()) for name, text in sorted(files.items())]
+
+
+def _host_entries(host: str, watch: _Watch) -> list[tuple]:
+    """The host's entries as a bind mount of each showed them: a top-level link followed, links inside the
+    directories kept as links; (relative path, kind, mode, mtime ns, content or link target). (Not the access
+    time: every read moves it; the copies take their modification time for it.) Sockets, FIFOs and device
+    nodes are left out: inside a bind they were unusable (nodev, nobody's). Each stamp is taken before its
+    read, so a change during the read is seen by the next run's check."""
+    found: list[tuple] = []
+
+    def add(rel: str, full: str, st: os.stat_result) -> None:
         try:
-            os.rename(staging, path)
-        except OSError:  # another worker made it first
-            shutil.rmtree(staging, ignore_errors=True)
-    return path
+            if stat.S_ISLNK(st.st_mode):
+                found.append((rel, "l", None, st.st_mtime_ns, os.readlink(full)))
+            elif stat.S_ISREG(st.st_mode):
+                with open(full, "rb") as fh:
+                    found.append((rel, "f", stat.S_IMODE(st.st_mode), st.st_mtime_ns, fh.read()))
+        except FileNotFoundError:  # removed since its stamp was taken: the next check sees it
+            return
+        if stat.S_ISDIR(st.st_mode):
+            found.append((rel, "d", stat.S_IMODE(st.st_mode), st.st_mtime_ns, None))
+            for name, link in watch.listing(full).items():
+                inner = os.path.join(full, name)
+                # a link is in its directory's stamp; anything else may change in place
+                child = _stat(inner, follow=False) if link else watch.stat(inner, follow=False)
+                if child is not None:
+                    add(f"{rel}/{name}", inner, child)
+
+    for name in _ETC_LINKED:
+        st = watch.stat(os.path.join(host, name))
+        if st is not None:  # else absent, or a dangling link: not bound before either
+            add(name, os.path.realpath(os.path.join(host, name)), st)
+    return found
+
+
+def _write_tree(path: str, entries: list[tuple]) -> None:
+    """Writes `entries` as a directory at `path` in one rename (another worker may be writing the same)."""
+    staging = f"{path}.{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging, mode=0o755)
+    os.chmod(staging, 0o755)
+    dirs = []
+    for rel, kind, mode, mtime, data in entries:
+        dest = os.path.join(staging, rel)
+        if kind == "l":
+            os.symlink(data, dest)
+        elif kind == "d":
+            os.mkdir(dest)
+            dirs.append((dest, mode, mtime))
+            continue  # its mode and times once its entries are in
+        else:
+            with open(dest, "wb") as fh:
+                fh.write(data)
+            os.chmod(dest, mode)
+        if mtime is not None:
+            os.utime(dest, ns=(mtime, mtime), follow_symlinks=False)
+    for dest, mode, mtime in reversed(dirs):
+        os.chmod(dest, mode)
+        os.utime(dest, ns=(mtime, mtime))
+    try:
+        os.rename(staging, path)
+    except OSError:  # another worker made it first
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def bwrap_args(*, python: str, hidden: Sequence[str], workdir: str, limits: Limits, state_root: str) -> list[str]:
@@ -116,13 +266,7 @@ def bwrap_args(*, python: str, hidden: Sequence[str], workdir: str, limits: Limi
     extra = trees(python)
     for tree in extra:
         args += ["--ro-bind", tree, tree]
-    etc = etc_dir(state_root)
-    args += ["--dir", "/etc"]
-    for name in sorted(os.listdir(etc)):
-        args += ["--ro-bind", os.path.join(etc, name), f"/etc/{name}"]
-    for name in _ETC_LINKED:
-        if os.path.exists(f"/etc/{name}"):
-            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--ro-bind", etc_dir(state_root), "/etc"]
     for path in masks(("/usr", *extra), hidden):
         if os.path.isdir(path):
             args += ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
