@@ -116,3 +116,19 @@ def test_an_unknown_launcher_choice_is_refused_with_the_choices(monkeypatch):
     monkeypatch.setenv(launcher.CHOICE, "bash")
     with pytest.raises(ValueError, match="'compiled' or 'util-linux'"):
         launcher.path()
+
+
+def test_a_launcher_or_state_directory_others_can_write_is_never_used(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    os.chmod(state, 0o755)
+    target = launcher.built(str(state))
+    assert target is not None
+    os.chmod(target, 0o777)  # anyone could have replaced it
+    launcher.built.cache_clear()
+    assert launcher.built(str(state)) is None
+    os.chmod(target, 0o755)
+    os.chmod(state, 0o777)  # anyone could plant one
+    launcher.built.cache_clear()
+    assert launcher.built(str(state)) is None
+    launcher.built.cache_clear()

@@ -53,8 +53,15 @@ def built(state_root: str) -> str | None:
         log.warning("sandbox: the launcher's source is missing (%s): runs start through prlimit and setpriv", exc)
         return None
     target = os.path.join(state_root, f"launcher-{hashlib.sha256(source).hexdigest()[:16]}")
+    if not _root_only(state_root):
+        log.error("sandbox: %s is not root's alone (owned by root, written by no one else): the launcher is not "
+                  "built or run from there; runs start through prlimit and setpriv", state_root)
+        return None
     if os.path.isfile(target) and os.access(target, os.X_OK):
-        return target
+        if _root_only(target):
+            return target
+        log.error("sandbox: %s is not root's alone: runs start through prlimit and setpriv", target)
+        return None
     compiler = next((found for name in _COMPILERS if (found := shutil.which(name, path=_TOOLS))), None)
     if compiler is None:
         log.warning("sandbox: no C compiler (cc, gcc, clang): runs start through prlimit and setpriv, one exec more")
@@ -77,3 +84,9 @@ def built(state_root: str) -> str | None:
     finally:
         if os.path.exists(staging):
             os.unlink(staging)
+
+
+def _root_only(path: str) -> bool:
+    """Owned by root and writable by no one else: the worker execs it as root (and the run's limits come from it)."""
+    st = os.stat(path)
+    return st.st_uid == 0 and not st.st_mode & 0o022
