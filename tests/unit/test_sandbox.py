@@ -7,6 +7,7 @@ import mmap
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 
@@ -333,6 +334,8 @@ def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch):
     root = tempfile.mkdtemp(prefix="farm-sandbox-sweep-", dir="/var/lib")  # the sandbox uids must reach it
     os.chmod(root, 0o711)
     monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
+    # a pool of its own: its locks live in this root, so to its sweep every other test's running run looks stale
+    monkeypatch.setenv("FARM_SANDBOX_UIDS", "62996")
     stale = os.path.join(root, f"run-{uids.uid_range().start}-abc")
     os.mkdir(stale)
     with open(os.path.join(stale, "left"), "w") as fh:
@@ -343,6 +346,28 @@ def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch):
         assert not os.path.exists(stale)
     finally:
         uids.sweep_stale.cache_clear()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_sweep_leaves_the_runs_of_another_pool_alone(monkeypatch):
+    from workers.sandbox import cgroups
+
+    root = tempfile.mkdtemp(prefix="farm-sandbox-sweep-", dir="/var/lib")
+    os.chmod(root, 0o711)
+    monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
+    monkeypatch.setenv("FARM_SANDBOX_UIDS", "62996")
+    other = cgroups.probe().create("run-62995-other", 64 << 20, 8)  # a run of another pool, its lock elsewhere
+    sleeper = subprocess.Popen(["sleep", "30"])
+    other.admit(sleeper.pid)
+    uids.sweep_stale.cache_clear()
+    try:
+        uids.sweep_stale()
+        assert sleeper.poll() is None and other.pids() == [sleeper.pid]
+    finally:
+        uids.sweep_stale.cache_clear()
+        sleeper.kill()
+        sleeper.wait()
+        other.remove()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -80,9 +80,11 @@ def sweep_stale() -> None:
     names = os.listdir(root) if os.path.isdir(root) else []
     hierarchy = cgroups.probe() if os.geteuid() == 0 else None
     groups = hierarchy.stale() if isinstance(hierarchy, cgroups.Hierarchy) else []
+    pool = uid_range()
     for name in sorted(set(names) | set(groups)):
         parts = name.split("-")
-        if len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit():
+        # only this pool's: the run groups are the machine's, the locks this root's (a pool is one farm's alone)
+        if len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit() or int(parts[1]) not in pool:
             continue
         fd = _try_lock(int(parts[1]))
         if fd is None:
