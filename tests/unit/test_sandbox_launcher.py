@@ -132,3 +132,17 @@ def test_a_launcher_or_state_directory_others_can_write_is_never_used(tmp_path):
     launcher.built.cache_clear()
     assert launcher.built(str(state)) is None
     launcher.built.cache_clear()
+
+
+def test_a_launcher_that_does_not_compile_leaves_nothing_and_runs_go_through_prlimit_and_setpriv(tmp_path, monkeypatch):
+    broken = tmp_path / "launcher.c"
+    broken.write_bytes(b"int main(void) { return }\n")
+    monkeypatch.setattr(launcher, "SOURCE", broken)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    launcher.built.cache_clear()
+    try:
+        assert launcher.built(str(state)) is None
+        assert os.listdir(state) == []
+    finally:
+        launcher.built.cache_clear()

@@ -69,14 +69,19 @@ def built(state_root: str) -> str | None:
     fd, staging = tempfile.mkstemp(prefix=".launcher-", dir=state_root)
     os.close(fd)
     try:
+        why = ""
         for static in (["-static"], []):  # static where the C library's archive is installed: no dynamic linking
-            done = subprocess.run([compiler, "-O2", "-Wall", *static, "-o", staging, str(SOURCE)],
-                                  capture_output=True, text=True, timeout=_BUILD_S)
+            try:  # the bytes hashed above, from stdin: the name always says what was built
+                done = subprocess.run([compiler, "-x", "c", "-O2", "-Wall", *static, "-o", staging, "-"],
+                                      input=source, capture_output=True, timeout=_BUILD_S)
+            except (OSError, subprocess.SubprocessError) as exc:
+                why = str(exc)
+                continue
             if done.returncode == 0:
                 break
+            why = done.stderr.decode(errors="replace").strip()[-300:]
         else:
-            log.warning("sandbox: the launcher did not build (%s): runs start through prlimit and setpriv",
-                        done.stderr.strip()[-300:])
+            log.warning("sandbox: the launcher did not build (%s): runs start through prlimit and setpriv", why)
             return None
         os.chmod(staging, 0o755)
         os.replace(staging, target)  # atomic: a worker beside this one sees the whole file or none
