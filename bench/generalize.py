@@ -37,9 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from planner.eval.draws import draw  # noqa: E402
 from planner.eval.generalize import STARTUPS, cases, replay, report, table  # noqa: E402
+from planner.runtime import native  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    native.load()  # the compiled sweeps where this machine can build them (decisions unchanged)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=int, default=None, help="traces to draw (default 24; --quick 6)")
     ap.add_argument("--seed", type=int, default=None, help="the draws' seed (default: a new one, printed)")

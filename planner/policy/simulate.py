@@ -33,7 +33,7 @@ import numpy as np
 
 from farm.knobs import SCHEDULERS
 from planner.policy.rounds import fifos, pays, sweep_rounds
-from planner.policy.sweep import QUIET_FROM, quiet_start, slots, sweep_ebf, sweep_fcfs
+from planner.policy.sweep import QUIET_FROM, compiled, quiet_start, slots, sweep_ebf, sweep_fcfs
 from planner.policy.workload import Workload
 
 _INF = float("inf")
@@ -231,7 +231,13 @@ class Simulator:
         if done is not None:
             return done, -1
         cut = self._cut(k, prepared, stop_early)
-        if pays(len(free), srv):
+        sweeps = compiled()
+        if sweeps is not None:  # the same steps as the loops below, compiled: rounds and a quiet start cost more
+            if prepared.grp is None:
+                fin, bad = sweeps.fcfs(prepared.arr, srv, free, cut)
+            else:
+                fin, bad = sweeps.ebf(prepared.arr, srv, prepared.grp, self.groups, free, cut)
+        elif pays(len(free), srv):
             fin, bad = sweep_rounds(prepared.arr, srv, prepared.fifos(), free, cut)
         else:
             arr, srv_l, grp, cut_l = prepared.lists(stop_early)

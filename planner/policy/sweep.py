@@ -19,6 +19,20 @@ _INF = float("inf")
 QUIET_FROM = 128  # workers: with fewer, a quiet start is short and the sweep is as fast without it
 
 
+_compiled: list = [None]  # the compiled sweeps an edge installed (planner.runtime.native), or None: the loops here
+
+
+def install(compiled) -> None:
+    """Hand the policy compiled sweeps (`fcfs`, `ebf` over numpy arrays, as `planner.runtime.native.Sweeps`), or
+    None for the loops below. The edges do this once, before deciding; the policy itself loads nothing."""
+    _compiled[0] = compiled
+
+
+def compiled():
+    """The compiled sweeps installed, or None."""
+    return _compiled[0]
+
+
 def slots(w: Workload, k: int, n_workers: int, running_finish: np.ndarray) -> np.ndarray:
     """When each of the stage's `n_workers` workers is first free, earliest first (as a list, a heap)."""
     n_workers = max(int(n_workers), 0)

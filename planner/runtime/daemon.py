@@ -46,6 +46,7 @@ from farm.store.decisions import DecisionRecord
 from planner.policy.capacity import UNBOUNDED, Capacity, fit, within
 from planner.policy.decide import RECENT_NEEDS
 from planner.policy.snapshot import Snapshot
+from planner.runtime import native
 from planner.runtime.epochs import Wakeup
 from planner.runtime.pools import Changes, PoolWorker, clamp, plan
 from planner.runtime.share import shares
@@ -122,6 +123,7 @@ class Daemon:
 
     def start(self) -> Any:
         """Adopt what runs (no orphans, no duplicates) before the first decision."""
+        native.load()  # the compiled sweeps, if this machine can build them: decisions unchanged, faster
         return self.backend.reconcile()
 
     def step(self, reason: str) -> list[DecisionRecord]:

@@ -11,21 +11,18 @@ setpriv as before: the same limits, the same uid, one exec more.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
+
+from farm import native
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("launcher.c")
 CHOICE = "FARM_SANDBOX_LAUNCHER"  # "compiled" (the default: built if it can be) or "util-linux"
-_COMPILERS = ("cc", "gcc", "clang")
-_TOOLS = "/usr/bin:/bin:/usr/local/bin"  # not the PATH, as for the other launch tools
-_BUILD_S = 60.0
+_COMPILERS = native.COMPILERS
+_VARIANTS = (["-O2", "-Wall", "-static"], ["-O2", "-Wall"])  # static where libc.a is installed: no dynamic linking
 
 
 def path() -> str | None:
@@ -46,52 +43,14 @@ def path() -> str | None:
 
 @functools.lru_cache(maxsize=4)
 def built(state_root: str) -> str | None:
-    """The launcher under `state_root` for this source, built now if it is not there yet; None if it cannot be."""
+    """The launcher under `state_root` for this source, built now if it is not there yet; None if it cannot be
+    (the worker runs as root, so the directory and the file must be root's alone: `farm.native.owned`)."""
     try:
         source = SOURCE.read_bytes()
     except OSError as exc:  # an installation without its package data
         log.warning("sandbox: the launcher's source is missing (%s): runs start through prlimit and setpriv", exc)
         return None
-    target = os.path.join(state_root, f"launcher-{hashlib.sha256(source).hexdigest()[:16]}")
-    if not _root_only(state_root):
-        log.error("sandbox: %s is not root's alone (owned by root, written by no one else): the launcher is not "
-                  "built or run from there; runs start through prlimit and setpriv", state_root)
-        return None
-    if os.path.isfile(target) and os.access(target, os.X_OK):
-        if _root_only(target):
-            return target
-        log.error("sandbox: %s is not root's alone: runs start through prlimit and setpriv", target)
-        return None
-    compiler = next((found for name in _COMPILERS if (found := shutil.which(name, path=_TOOLS))), None)
-    if compiler is None:
-        log.warning("sandbox: no C compiler (cc, gcc, clang): runs start through prlimit and setpriv, one exec more")
-        return None
-    fd, staging = tempfile.mkstemp(prefix=".launcher-", dir=state_root)
-    os.close(fd)
-    try:
-        why = ""
-        for static in (["-static"], []):  # static where the C library's archive is installed: no dynamic linking
-            try:  # the bytes hashed above, from stdin: the name always says what was built
-                done = subprocess.run([compiler, "-x", "c", "-O2", "-Wall", *static, "-o", staging, "-"],
-                                      input=source, capture_output=True, timeout=_BUILD_S)
-            except (OSError, subprocess.SubprocessError) as exc:
-                why = str(exc)
-                continue
-            if done.returncode == 0:
-                break
-            why = done.stderr.decode(errors="replace").strip()[-300:]
-        else:
-            log.warning("sandbox: the launcher did not build (%s): runs start through prlimit and setpriv", why)
-            return None
-        os.chmod(staging, 0o755)
-        os.replace(staging, target)  # atomic: a worker beside this one sees the whole file or none
-        return target
-    finally:
-        if os.path.exists(staging):
-            os.unlink(staging)
-
-
-def _root_only(path: str) -> bool:
-    """Owned by root and writable by no one else: the worker execs it as root (and the run's limits come from it)."""
-    st = os.stat(path)
-    return st.st_uid == 0 and not st.st_mode & 0o022
+    found = native.build(source, state_root, "launcher", _VARIANTS, _COMPILERS)
+    if found is None:
+        log.warning("sandbox: no launcher (see above): runs start through prlimit and setpriv, one exec more")
+    return found

@@ -14,6 +14,7 @@ from planner.eval.loop import evaluate
 from planner.eval.startup import Startup, parse_startup
 from planner.policy.capacity import UNBOUNDED, Capacity, parse_capacity
 from planner.policy.decide import parse_policy
+from planner.runtime import native
 from farm.protocol.shares import FairShare, ShareError, parse_shares
 
 
@@ -124,6 +125,7 @@ def _table(summary: dict) -> str:
 def eval_(trace, startup, capacity, shares, caps, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
+    native.load()  # the compiled sweeps where this machine can build them: the same replay, faster
     t = _load(trace)
     startup = _startup(startup)
     sweep = _sweep(startup_sweep)
