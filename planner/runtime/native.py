@@ -46,38 +46,30 @@ class Sweeps:
         self._ebf.argtypes = [ctypes.c_long, _D, _D, _L, ctypes.c_long, _D, _D, ctypes.c_long, ctypes.c_long, _D,
                               _L, _L, _L, _L]
 
-    def fcfs(self, arr: np.ndarray, srv: np.ndarray, free: np.ndarray, cut: np.ndarray, start: int = 0,
-             fin: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-        """`arr` without a sentinel; `free` a heap (a sorted array is one), consumed; `fin` the finishes before
-        `start` (the rest is written)."""
+    def fcfs(self, arr: np.ndarray, srv: np.ndarray, free: np.ndarray, cut: np.ndarray) -> tuple[np.ndarray, int]:
+        """`arr` without a sentinel; `free` earliest first (a heap; copied, the C loop consumes its copy). From the
+        first request: the compiled loop needs no quiet start."""
         n = len(srv)
-        out = _finishes(n, start, fin)
+        out = np.zeros(n, dtype=np.float64)
         heap = np.array(free, dtype=np.float64)
-        bad = self._fcfs(n, _f64(arr), _f64(srv), _f64(cut), heap, len(heap), start, out)
+        bad = self._fcfs(n, _f64(arr), _f64(srv), _f64(cut), heap, len(heap), 0, out)
         return out, int(bad)
 
     def ebf(self, arr: np.ndarray, srv: np.ndarray, grp: np.ndarray, groups: int, free: np.ndarray,
-            cut: np.ndarray, start: int = 0, fin: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+            cut: np.ndarray) -> tuple[np.ndarray, int]:
         n = len(srv)
-        out = _finishes(n, start, fin)
+        out = np.zeros(n, dtype=np.float64)
         heap = np.array(free, dtype=np.float64)
         with_sentinel = np.append(np.asarray(arr, dtype=np.float64)[:n], _INF)
         scratch = [np.empty(max(groups, 1), dtype=np.int64), np.empty(max(groups, 1), dtype=np.int64),
                    np.empty(max(n, 1), dtype=np.int64), np.empty(max(groups, 1), dtype=np.int64)]
         bad = self._ebf(n, with_sentinel, _f64(srv), np.ascontiguousarray(grp, dtype=np.int64), groups, _f64(cut),
-                        heap, len(heap), start, out, *scratch)
+                        heap, len(heap), 0, out, *scratch)
         return out, int(bad)
 
 
 def _f64(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64)
-
-
-def _finishes(n: int, start: int, fin) -> np.ndarray:
-    out = np.zeros(n, dtype=np.float64)
-    if start:
-        out[:start] = np.asarray(fin, dtype=np.float64)[:start]
-    return out
 
 
 _loaded: list[Sweeps | None] = []  # what `load` found, once per process

@@ -23,6 +23,14 @@ SHOW = ("import os, resource; print(os.getresuid(), os.getresgid(), os.getgroups
         "[resource.getrlimit(getattr(resource, 'RLIMIT_' + n)) for n in ('CPU', 'FSIZE', 'NOFILE', 'CORE', 'AS')])")
 
 
+@pytest.fixture(autouse=True)
+def fresh_builds():
+    """Each test finds the launcher through `built` anew, and leaves no cached path to a directory it removes."""
+    launcher.built.cache_clear()
+    yield
+    launcher.built.cache_clear()
+
+
 @pytest.fixture(scope="module")
 def built() -> str:
     state = tempfile.mkdtemp(prefix="farm-launcher-")
@@ -104,12 +112,8 @@ def test_the_launcher_is_built_once_per_source_and_again_when_the_source_changes
 
 def test_without_a_compiler_runs_start_through_prlimit_and_setpriv(tmp_path, monkeypatch):
     monkeypatch.setattr(launcher, "_COMPILERS", ("no-such-compiler",))
-    launcher.built.cache_clear()
-    try:
-        assert launcher.built(str(tmp_path)) is None
-        assert os.listdir(tmp_path) == []
-    finally:
-        launcher.built.cache_clear()
+    assert launcher.built(str(tmp_path)) is None
+    assert os.listdir(tmp_path) == []
 
 
 def test_an_unknown_launcher_choice_is_refused_with_the_choices(monkeypatch):
@@ -131,7 +135,6 @@ def test_a_launcher_or_state_directory_others_can_write_is_never_used(tmp_path):
     os.chmod(state, 0o777)  # anyone could plant one
     launcher.built.cache_clear()
     assert launcher.built(str(state)) is None
-    launcher.built.cache_clear()
 
 
 def test_a_launcher_that_does_not_compile_leaves_nothing_and_runs_go_through_prlimit_and_setpriv(tmp_path, monkeypatch):
@@ -140,9 +143,5 @@ def test_a_launcher_that_does_not_compile_leaves_nothing_and_runs_go_through_prl
     monkeypatch.setattr(launcher, "SOURCE", broken)
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
-    launcher.built.cache_clear()
-    try:
-        assert launcher.built(str(state)) is None
-        assert os.listdir(state) == []
-    finally:
-        launcher.built.cache_clear()
+    assert launcher.built(str(state)) is None
+    assert os.listdir(state) == []
