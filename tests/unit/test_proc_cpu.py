@@ -10,9 +10,10 @@ from bench import proc_cpu
 from bench.proc_cpu import Placed, Proc
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
-# a parent that runs the burner to its end (and reaps it), says so, then waits for its stdin to close
-PARENT = ("import subprocess, sys\nsubprocess.run([sys.executable, '-c', sys.argv[1]], check=True)\nprint('done', "
-          "flush=True)\nsys.stdin.read()\n")
+# a parent that waits for a go line (so the test's first reading comes before any burning, however late the test
+# is scheduled), runs the burner to its end (and reaps it), says so, then waits for its stdin to close
+PARENT = ("import subprocess, sys\nsys.stdin.readline()\nsubprocess.run([sys.executable, '-c', sys.argv[1]], "
+          "check=True)\nprint('done', flush=True)\nsys.stdin.read()\n")
 
 
 def _leaf(pid: int, ppid: int = 1) -> Proc:
@@ -36,6 +37,8 @@ def test_a_grandchild_that_ended_is_counted_on_its_parents_children_role():
     try:
         before = proc_cpu.snapshot()
         roots = {parent.pid: Placed("parent", "kids", "parent")}
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
         assert parent.stdout.readline() == "done\n"
         after = proc_cpu.snapshot()
         used = proc_cpu.delta(proc_cpu.by_role(before, proc_cpu.placed(before, roots, lambda pid, p: p)),
