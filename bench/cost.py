@@ -22,6 +22,12 @@ recorder's writes land after the answer), gross: the farm's idle CPU in it is co
 takes it out). Rounds alternate the order of farm and bare and of the workloads; figures are medians of rounds.
 Idle: the farm's CPU per second over `--idle-s` with nothing submitted, after the warm-up.
 
+`--sandboxfusion DIR --sandboxfusion-python PY` also runs the real SandboxFusion server (a checkout and a Python with
+its dependencies, which the operator provides: bench.cost_sf) and sends it the same `/run_code` workloads in the
+same rounds (its turn rotating with the farm's and the bare side's), so the 0.8x targets are judged against
+SandboxFusion measured in this run, on this machine's state, not against the issue's figures (which the table
+shows when SandboxFusion is not run). Its idle CPU is read in the same window as the farm's.
+
 `--code DIR` measures the farm of another checkout (its `farm up` and gateway run from DIR) with this bench,
 for a before/after pair: run both sides in alternation, e.g. `--idle-only` rounds.
 
@@ -32,6 +38,7 @@ measured 32/31 and 45/41 ms at concurrency 8/32) and at most 2x the bare program
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -45,12 +52,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import proc_cpu  # noqa: E402
-from bench.cost_farm import Farm  # noqa: E402
-from bench.cost_load import WORKLOADS, bare_ms, drive  # noqa: E402
+from bench.cost_farm import Farm, free_port  # noqa: E402
+from bench.cost_load import WORKLOADS, bare_ms, drive, python_executable  # noqa: E402
+from bench.cost_sf import SandboxFusion  # noqa: E402
 
 SANDBOX_FUSION_MS = {("py_io", 8): 32, ("py_io", 32): 31, ("humaneval", 8): 45, ("humaneval", 32): 41,
                      ("cpp", 8): 567, ("cpp", 32): 649}
 TARGET_MS = {"py_io": 26, "humaneval": 35}
+TARGET_OVER_SF = 0.8  # the short workloads' CPU per request, at most this much of SandboxFusion's
+SF_WORKLOADS = ("py_io", "humaneval", "cpp")  # what SandboxFusion's /run_code serves of ours (math is the farm's)
 
 
 def farm_window(farm: Farm, workload: str, n: int, concurrency: int, tag: str, settle_s: float) -> dict:
@@ -62,11 +72,40 @@ def farm_window(farm: Farm, workload: str, n: int, concurrency: int, tag: str, s
     return {"roles": roles, "window_s": elapsed + settle_s, "rps": n / elapsed}
 
 
-def idle(farm: Farm, seconds: float) -> dict[str, float]:
-    before, started = farm.cpu(), time.monotonic()
+def sf_window(sf: SandboxFusion, workload: str, n: int, concurrency: int, tag: str, settle_s: float) -> dict:
+    before, started = sf.cpu_ms(), time.monotonic()
+    drive(sf, workload, n, concurrency, tag)
+    elapsed = time.monotonic() - started
+    time.sleep(settle_s)  # as for the farm: both windows are gross of their idle CPU
+    return {"ms": sf.cpu_ms() - before, "rps": n / elapsed}
+
+
+def idle(farm: Farm, seconds: float, sf: SandboxFusion | None = None) -> tuple[dict[str, float], float | None]:
+    """The farm's idle CPU per role, and SandboxFusion's in the same window (ms per second)."""
+    before, sf_before, started = farm.cpu(), sf.cpu_ms() if sf else 0.0, time.monotonic()
     time.sleep(seconds)
     span = time.monotonic() - started
-    return {role: ms / span for role, ms in proc_cpu.delta(before, farm.cpu()).items()}
+    sf_rate = (sf.cpu_ms() - sf_before) / span if sf else None
+    return {role: ms / span for role, ms in proc_cpu.delta(before, farm.cpu()).items()}, sf_rate
+
+
+def same_run_sf(workload: str, farm_ms: float, sf_ms: float | None, samples: list[float], rps: list[float]) -> dict:
+    """A row's SandboxFusion figures from this run (none where it was not run), and, for the short workloads,
+    whether the farm met its target against them (at most TARGET_OVER_SF of SandboxFusion's CPU per request)."""
+    if sf_ms is None:
+        return {}
+    out = {"sf_ms": round(sf_ms, 2), "farm_over_sf": round(farm_ms / sf_ms, 2),
+           "sf_samples_ms": [round(x, 2) for x in samples], "sf_rps": round(statistics.median(rps), 1)}
+    if workload in TARGET_MS:
+        out["sf_target_ms"] = round(TARGET_OVER_SF * sf_ms, 2)
+        out["meets_sf_target"] = farm_ms <= TARGET_OVER_SF * sf_ms
+    return out
+
+
+def sides(k: int, with_sf: bool) -> tuple[str, ...]:
+    """Round k's order of the sides: rotated, so that no side always runs first or last."""
+    order = ("farm", "bare", "sf") if with_sf else ("farm", "bare")
+    return order[k % len(order):] + order[:k % len(order)]
 
 
 def run(args) -> dict:
@@ -76,22 +115,36 @@ def run(args) -> dict:
     rps: dict[tuple[str, int], list[float]] = {}
     roles: dict[tuple[str, int], list[dict[str, float]]] = {}
     bare: dict[str, list[float]] = {}
-    with Farm(flower=not args.no_flower, workers=args.workers, port=args.port, cgroups=not args.proc_only,
-              code=args.code.resolve()) as farm:
+    sf_ms: dict[tuple[str, int], list[float]] = {}
+    sf_rps: dict[tuple[str, int], list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        farm = stack.enter_context(Farm(flower=not args.no_flower, workers=args.workers, port=args.port,
+                                        cgroups=not args.proc_only, code=args.code.resolve()))
+        sf = None
+        if args.sandboxfusion:
+            sf = stack.enter_context(SandboxFusion(args.sandboxfusion.resolve(), args.sandboxfusion_python,
+                                                   python_executable(), free_port(), cgroups=not args.proc_only))
         accounting = farm.accounting
         for w in WORKLOADS:  # warm: imports, the first compile, the gateway's first batches
             drive(farm, w, 4, 4, "warm")
+            if sf and w in SF_WORKLOADS:
+                drive(sf, w, 4, 4, "warm")
             bare_ms(w, 2)
         time.sleep(args.settle_s)
-        idle_rates = idle(farm, args.idle_s)
+        idle_rates, sf_idle = idle(farm, args.idle_s, sf)
         idle_total = sum(idle_rates.values())
         for k in range(0 if args.idle_only else args.rounds):
             order = WORKLOADS if k % 2 == 0 else tuple(reversed(WORKLOADS))
             for w in order:
-                sides = ("farm", "bare") if k % 2 == 0 else ("bare", "farm")
-                for side in sides:
+                for side in sides(k, sf is not None):
                     if side == "bare":
                         bare.setdefault(w, []).append(bare_ms(w, sizes[w]))
+                        continue
+                    if side == "sf":
+                        for c in args.concurrency if w in SF_WORKLOADS else ():
+                            got = sf_window(sf, w, sizes[w], c, f"sf{k}-{c}", args.settle_s)
+                            sf_ms.setdefault((w, c), []).append(got["ms"] / sizes[w])
+                            sf_rps.setdefault((w, c), []).append(got["rps"])
                         continue
                     for c in args.concurrency:
                         got = farm_window(farm, w, sizes[w], c, f"{k}-{c}", args.settle_s)
@@ -105,16 +158,19 @@ def run(args) -> dict:
     for (w, c), samples in farm_ms.items():
         b = statistics.median(bare[w])
         f = statistics.median(samples)
+        sf_same = statistics.median(sf_ms[(w, c)]) if (w, c) in sf_ms else None
         split = {r: round(statistics.median(x.get(r, 0.0) for x in roles[(w, c)]), 2)
                  for r in sorted({r for x in roles[(w, c)] for r in x})}
         rows.append({"workload": w, "concurrency": c, "farm_ms": round(f, 2),
                      "net_ms": round(statistics.median(net_ms[(w, c)]), 2), "bare_ms": round(b, 2),
                      "farm_over_bare": round(f / b, 2), "sandbox_fusion_ms": SANDBOX_FUSION_MS.get((w, c)),
+                     **same_run_sf(w, f, sf_same, sf_ms.get((w, c), []), sf_rps.get((w, c), [])),
                      "target_ms": TARGET_MS.get(w), "rps": round(statistics.median(rps[(w, c)]), 1),
                      "samples_ms": [round(x, 2) for x in samples], "bare_samples_ms": [round(x, 2) for x in bare[w]],
                      "roles_ms": split})
     out = {"code": str(args.code.resolve()), "accounting": accounting, "rounds": args.rounds, "requests": sizes, "workers_per_stage": args.workers, "flower": not args.no_flower,
-           "idle_ms_per_s": round(idle_total, 2), "idle_roles_ms_per_s": {r: round(v, 2) for r, v in
+           "idle_ms_per_s": round(idle_total, 2),
+           "sf_idle_ms_per_s": None if sf_idle is None else round(sf_idle, 2), "idle_roles_ms_per_s": {r: round(v, 2) for r, v in
                                                                            sorted(idle_rates.items())},
            "rows": rows, "targets": {"short_ms": TARGET_MS, "farm_over_bare_max": 2.0, "idle_ms_per_s_max": 3.0}}
     if per_process is not None:
@@ -125,16 +181,30 @@ def run(args) -> dict:
 def report(out: dict) -> None:
     print(f"{out['rounds']} rounds, requests {out['requests']}, {out['workers_per_stage']} workers per stage, "
           f"flower {'on' if out['flower'] else 'off'}; CPU ms per request, medians of rounds; {out['accounting']}")
-    print(f"{'workload':10s} {'conc':>4s} {'farm':>8s} {'bare':>8s} {'farm/bare':>9s} {'SF':>5s} {'target':>6s} "
+    same_run = any("sf_ms" in row for row in out["rows"])
+    # SF: SandboxFusion measured in this run where it was run, else the issue's figures (and its targets)
+    sf_head = "SF(run) farm/SF" if same_run else "SF(issue)"
+    print(f"{'workload':10s} {'conc':>4s} {'farm':>8s} {'bare':>8s} {'farm/bare':>9s} {sf_head:>15s} {'target':>6s} "
           f"{'rps':>6s}  split (ms/request)")
     for row in out["rows"]:
         split = ", ".join(f"{r} {v:.1f}" for r, v in sorted(row["roles_ms"].items(), key=lambda kv: -kv[1]))
+        if same_run:
+            sf = f"{row['sf_ms']:7.1f} {row['farm_over_sf']:7.2f}" if "sf_ms" in row else f"{'-':>7s} {'-':>7s}"
+            target = row.get("sf_target_ms")
+        else:
+            sf, target = f"{row['sandbox_fusion_ms'] or '-'}", row["target_ms"]
         print(f"{row['workload']:10s} {row['concurrency']:4d} {row['farm_ms']:8.1f} {row['bare_ms']:8.1f} "
-              f"{row['farm_over_bare']:9.2f} {row['sandbox_fusion_ms'] or '-':>5} {row['target_ms'] or '-':>6} "
-              f"{row['rps']:6.1f}  {split}")
+              f"{row['farm_over_bare']:9.2f} {sf:>15s} {target or '-':>6} {row['rps']:6.1f}  {split}")
     idle_split = ", ".join(f"{r} {v:.2f}" for r, v in sorted(out["idle_roles_ms_per_s"].items(), key=lambda kv: -kv[1]))
-    print(f"idle: {out['idle_ms_per_s']:.2f} ms CPU per second (target <= 3; SandboxFusion 1): {idle_split}")
-    print("targets: Python I/O <= 26 ms and HumanEval <= 35 ms per request (0.8x SandboxFusion), <= 2x the bare program")
+    sf_idle = out.get("sf_idle_ms_per_s")
+    sf_idle_text = f"SandboxFusion {sf_idle:.2f} in the same window" if sf_idle is not None else "SandboxFusion 1"
+    print(f"idle: {out['idle_ms_per_s']:.2f} ms CPU per second (target <= 3; {sf_idle_text}): {idle_split}")
+    if same_run:
+        print(f"targets: Python I/O and HumanEval <= {TARGET_OVER_SF}x SandboxFusion's CPU per request in this run "
+              "(the target column), <= 2x the bare program")
+    else:
+        print("targets: Python I/O <= 26 ms and HumanEval <= 35 ms per request (0.8x SandboxFusion), <= 2x the bare "
+              "program")
     for line in out.get("idle_per_process_ms_per_s", ()):
         print(f"  idle {line}")
 
@@ -156,9 +226,17 @@ def main() -> None:
     ap.add_argument("--proc-only", action="store_true", help="no cpuacct groups: /proc totals only (loses what "
                     "bubblewrap's killed PID namespaces ran)")
     ap.add_argument("--port", type=int, default=0, help="the gateway's port (0: a free one)")
+    ap.add_argument("--sandboxfusion", type=Path, default=None, metavar="DIR",
+                    help="a SandboxFusion checkout to run and measure in the same rounds (bench.cost_sf)")
+    ap.add_argument("--sandboxfusion-python", default=None, metavar="PY",
+                    help="a Python with SandboxFusion's dependencies (with --sandboxfusion; default: DIR/.venv/bin/python)")
     ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose farm is measured (default: this one; "
                     "another, e.g. `git worktree add /tmp/before <commit>`, for a before/after pair)")
     args = ap.parse_args()
+    if args.sandboxfusion and not args.sandboxfusion_python:
+        args.sandboxfusion_python = str(args.sandboxfusion / ".venv" / "bin" / "python")
+    if args.sandboxfusion and not os.access(args.sandboxfusion_python, os.X_OK):
+        ap.error(f"--sandboxfusion-python {args.sandboxfusion_python} is not a program this user can run")
     if args.quick:
         args.rounds, args.requests, args.cpp_requests, args.idle_s = 1, 40, 16, 10.0
     os.environ.setdefault("TMPDIR", tempfile.gettempdir())

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ("run_code", "math")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:
@@ -43,7 +43,7 @@ class Farm:
 
     def __init__(self, *, flower: bool = True, workers: int = 2, port: int = 0, cgroups: bool = True,
                  code: Path = ROOT) -> None:
-        self.flower, self.workers, self.port = flower, workers, port or _free_port()
+        self.flower, self.workers, self.port = flower, workers, port or free_port()
         self.groups: CpuGroups | None = CpuGroups() if cgroups and available() else None
         self.data = Path(tempfile.mkdtemp(prefix="farm-bench-cost-"))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
@@ -53,6 +53,14 @@ class Farm:
         self.stages: dict[int, str] = {}
         self.base = f"http://127.0.0.1:{self.port}"
         self.token = ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def run_code_path(self) -> str:
+        return f"/t/{self.token}/run_code"
 
     def _start(self, name: str, *args: str) -> None:
         with open(self.data / f"bench-{name}.log", "wb") as log:
@@ -78,7 +86,7 @@ class Farm:
 
         pipelines = [a for p in PIPELINES for a in ("--pipeline", p)]
         self._start("up", "up", *pipelines, "--workers", str(self.workers), "--metrics-port", "0",
-                    "--flower-port", str(_free_port() if self.flower else 0))
+                    "--flower-port", str(free_port() if self.flower else 0))
         log = self.data / "bench-up.log"
         _wait(lambda: self.procs["up"].poll() is None and b"the farm is up" in log.read_bytes()
               or self._died("up"), "farm up")

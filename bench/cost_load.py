@@ -50,18 +50,19 @@ def math_payload(i: int) -> dict:
     return {"response": f"Halving {i} gives \\boxed{{\\frac{{{i}}}{{2}}}}.", "answer": f"{i / 2:g}"}
 
 
-def drive(farm, workload: str, n: int, concurrency: int, tag: str) -> None:
-    """`n` requests, `concurrency` in flight, each answered before its client thread sends the next."""
+def drive(target, workload: str, n: int, concurrency: int, tag: str) -> None:
+    """`n` requests, `concurrency` in flight, each answered before its client thread sends the next. `target` is
+    the farm (bench.cost_farm.Farm) or, for `/run_code` workloads, SandboxFusion (bench.cost_sf): its `base`,
+    `headers` and `run_code_path`."""
     import httpx
 
     local, batches, failed = threading.local(), [], []
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    with httpx.Client(base_url=farm.base, headers={"Authorization": f"Bearer {farm.token}"}, timeout=120,
-                      limits=limits) as http:
+    with httpx.Client(base_url=target.base, headers=target.headers, timeout=120, limits=limits) as http:
         def run_code(i: int) -> None:
             code, stdin = program(workload, i, tag)
             body = {"code": code, "stdin": stdin, "language": "cpp" if workload == "cpp" else "python"}
-            reply = http.post(f"/t/{farm.token}/run_code", json=body)
+            reply = http.post(target.run_code_path, json=body)
             if reply.status_code != 200 or reply.json()["status"] != "Success":
                 failed.append(reply.text[:300])
 
