@@ -17,6 +17,7 @@ import billiard.pool
 from celery.concurrency.asynpool import AsynPool
 from celery.concurrency.prefork import TaskPool
 from celery.utils.log import mlevel
+from celery.worker.consumer import Consumer
 
 from farm import registry
 from farm.celery_app import make_app
@@ -33,6 +34,11 @@ RESULT_WAIT_S = 2.0
 # wakes the worker, Redis and Flower (a PUBLISH of 800 bytes, decoded there): at 2 s, six idle workers cost Flower
 # alone about 2 ms of CPU a second. A worker killed hard shows as offline in Flower 20 s later rather than 4 s.
 EVENT_HEARTBEAT_S = 10.0
+# How long a worker's task events wait to go to Flower together. Celery buffers them and publishes what one turn of
+# its event loop sent as one message, but a turn sends one event, so each request cost three PUBLISH round trips
+# (received, started, succeeded), each one a message kombu builds here and Flower decodes there. Once per this
+# long, a busy worker's events go in one message; Flower shows a task at most this much later.
+EVENT_FLUSH_S = 0.1
 # How often the worker's main process looks over its pool anyway (Celery's prefork pool: every 5 s, a wake-up of an
 # idle worker each time). A pool process that exits is seen at once without it: its sentinel is in the event loop,
 # which replaces it then (QuietAsynPool._event_process_exit); the timer only backs that up.
@@ -63,6 +69,28 @@ class QuietAsynPool(AsynPool):
         self.maintain_pool()
         if proc in self._pool and tries > 0 and self._state == billiard.pool.RUN:
             hub.call_later(REAP_RETRY_S, self._reap_again, hub, proc, tries - 1)
+
+
+class QuietConsumer(Consumer):
+    """Celery's consumer, its buffered task events published once per EVENT_FLUSH_S rather than once per turn of
+    its event loop; what is still buffered at a shutdown is published before the events' connection closes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._flush_due = False
+
+    def on_send_event_buffered(self):
+        if self.hub and not self._flush_due:
+            self._flush_due = True
+            self.hub.call_later(EVENT_FLUSH_S, self._flush_later)
+
+    def _flush_later(self) -> None:
+        self._flush_due = False
+        self._flush_events()
+
+    def shutdown(self):
+        self._flush_events()
+        super().shutdown()
 
 
 class QuietTaskPool(TaskPool):
@@ -141,12 +169,12 @@ def run_worker(app, queue: str, hostname: str, loglevel: int, events: bool) -> i
     pays many times over. The options are those `celery worker` would be given:
     `--pool=prefork --concurrency=1 --prefetch-multiplier=1 --without-gossip --without-mingle -Q queue`
     (and `--task-events` with events, which Flower needs; the worker heartbeat stays, Flower's liveness, every
-    EVENT_HEARTBEAT_S: `--heartbeat-interval`), the prefork pool's upkeep timer slowed (QuietTaskPool). Returns
-    the worker's exit code."""
+    EVENT_HEARTBEAT_S: `--heartbeat-interval`), the prefork pool's upkeep timer slowed (QuietTaskPool) and its
+    task events sent together (QuietConsumer). Returns the worker's exit code."""
     _bound_result_wait()
-    worker = app.Worker(hostname=hostname, pool_cls=QuietTaskPool, concurrency=1, prefetch_multiplier=1,
-                        without_gossip=True, without_mingle=True, queues=[queue], loglevel=loglevel,
-                        task_events=events, heartbeat_interval=EVENT_HEARTBEAT_S)
+    worker = app.Worker(hostname=hostname, pool_cls=QuietTaskPool, consumer_cls=QuietConsumer, concurrency=1,
+                        prefetch_multiplier=1, without_gossip=True, without_mingle=True, queues=[queue],
+                        loglevel=loglevel, task_events=events, heartbeat_interval=EVENT_HEARTBEAT_S)
     worker.start()
     return worker.exitcode or 0
 
