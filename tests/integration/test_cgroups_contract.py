@@ -63,6 +63,37 @@ def test_a_process_that_joins_a_group_is_listed_and_killed_with_it_even_in_a_ses
     assert group.pids() == []
 
 
+def _members(group, at_least: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(group.pids()) < at_least and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(group.pids()) >= at_least
+
+
+def test_killing_a_group_reads_its_members_a_few_times_not_until_they_are_gone(group, hierarchy, monkeypatch):
+    if hierarchy.version == 1 and hierarchy.freezer is None:
+        pytest.skip("without a freezer the group is read until it is empty (a killed pid may be reused)")
+    proc = _start(group, "import os, time\nos.fork()\ntime.sleep(60)")
+    _members(group, 2)
+    reads = []
+    listed = group.pids
+    monkeypatch.setattr(group, "pids", lambda: reads.append(1) or listed())
+    group.kill()
+    assert proc.wait(5) < 0
+    assert len(reads) <= 3  # frozen, killed processes stay listed until thawed: reading on until they go spun
+
+
+def test_a_group_whose_processes_keep_forking_is_killed_whole(group):
+    # every process forks as fast as it can; the pids cap (8) makes the forks fail, not stop
+    _start(group, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
+    _members(group, 4)
+    group.kill()
+    deadline = time.monotonic() + 5
+    while group.pids() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert group.pids() == []
+
+
 # Each child holds its 100 MiB until both have theirs (a barrier over two pipes): without it, under load, the first
 # child could exit before the second allocates, and the group would never hold more than the cap at once.
 _TWO_HOLDERS = """import os

@@ -70,11 +70,20 @@ def test_there_is_no_network():
     assert r.stdout.startswith(b"blocked")
 
 
-def test_the_working_directory_is_fresh_and_removed_afterwards():
-    before = set(os.listdir(sandbox.sandbox_root()))
-    r = _py("import os; open('left.txt', 'w').write('x'); print(os.listdir('.'), os.getcwd())")
-    assert r.stdout == b"['left.txt'] /work\n"
-    assert set(os.listdir(sandbox.sandbox_root())) == before
+def test_the_working_directory_is_fresh_and_removed_afterwards(monkeypatch):
+    # a root and a pool of its own: in the shared root, another test's runs come and go meanwhile
+    root = tempfile.mkdtemp(prefix="farm-sandbox-fresh-", dir="/var/lib")  # the sandbox uids must reach it
+    os.chmod(root, 0o711)
+    monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
+    monkeypatch.setenv("FARM_SANDBOX_UIDS", "62996")
+    uids.sweep_stale.cache_clear()
+    try:
+        r = _py("import os; open('left.txt', 'w').write('x'); print(os.listdir('.'), os.getcwd())")
+        assert r.stdout == b"['left.txt'] /work\n"
+        assert [name for name in os.listdir(root) if not name.startswith(".")] == []  # .state, .uids: the pool's
+    finally:
+        uids.sweep_stale.cache_clear()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_collected_files_come_back():

@@ -61,6 +61,7 @@ class RunGroup:
         of the next worker start takes it then."""
         self.close_fds()
         deadline = time.monotonic() + wait_s
+        pause = 0.0005  # killed processes take a moment to go: a run's cleanup waits that long, not 10 ms
         for path in self.paths:
             while True:
                 try:
@@ -73,7 +74,8 @@ class RunGroup:
                         log.error("sandbox: cannot remove cgroup %s: %s", path, exc)
                         return False
                     self.kill()
-                    time.sleep(0.01)
+                    time.sleep(pause)
+                    pause = min(2 * pause, 0.01)
         return True
 
 
@@ -100,15 +102,36 @@ def counted(text: str, key: str) -> int:
 
 
 def kill_listed(group: RunGroup) -> None:
-    for _ in range(100):  # a process may fork between the read and the kill: read again until none is left
+    """For a group that is not frozen: a process may fork between the read and the kill, and a killed one may
+    exit and its pid be reused by such a child, so the group is read again until it is empty."""
+    for _ in range(100):
         pids = group.pids()
         if not pids:
             return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill(pids)
+
+
+def kill_frozen(group: RunGroup) -> None:
+    """For a frozen group (its freezer asked to freeze it): once a read lists no pid that was not killed already,
+    every process of the group has been sent SIGKILL, and none can fork after that. Frozen, a killed process
+    stays listed (it dies once thawed) and its pid cannot be reused meanwhile, so reading until the group is empty,
+    as `kill_listed` does, would spin (up to its 100 reads, three files each) for nothing: about a run in three
+    ended that way. A process that forked before it was frozen or killed shows up as a new pid in the next read."""
+    killed: set[int] = set()
+    for _ in range(100):
+        fresh = [pid for pid in group.pids() if pid not in killed]
+        if not fresh:
+            return
+        _kill(fresh)
+        killed.update(fresh)
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class Hierarchy:

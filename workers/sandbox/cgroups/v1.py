@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_listed, read, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, read, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -36,7 +36,7 @@ class V1(Hierarchy):
         if freezer:  # frozen, no process can fork between the read and the kill
             write(os.path.join(freezer, "freezer.state"), "FROZEN")
         try:
-            kill_listed(group)
+            kill_frozen(group)
         finally:
             if freezer:
                 write(os.path.join(freezer, "freezer.state"), "THAWED")  # killed processes die once thawed

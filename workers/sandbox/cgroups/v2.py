@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_listed, log, read, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, log, read, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -40,7 +40,7 @@ class V2(Hierarchy):
             return
         write(os.path.join(path, "cgroup.freeze"), "1")
         try:
-            kill_listed(group)
+            kill_frozen(group)
         finally:
             write(os.path.join(path, "cgroup.freeze"), "0")
 
