@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import time
+from typing import Callable
 
 log = logging.getLogger("workers.sandbox.cgroups")
 
@@ -112,11 +113,10 @@ def kill_listed(group: RunGroup) -> None:
 
 
 def kill_frozen(group: RunGroup) -> None:
-    """For a frozen group (its freezer asked to freeze it): once a read lists no pid that was not killed already,
-    every process of the group has been sent SIGKILL, and none can fork after that. Frozen, a killed process
-    stays listed (it dies once thawed) and its pid cannot be reused meanwhile, so reading until the group is empty,
-    as `kill_listed` does, would spin (up to its 100 reads, three files each) for nothing: about a run in three
-    ended that way. A process that forked before it was frozen or killed shows up as a new pid in the next read."""
+    """For a frozen group (every task of it frozen, so none is inside a fork): once a read lists no pid that was
+    not killed already, every process of the group has been sent SIGKILL. Frozen, a killed process stays listed (it
+    dies once thawed) and its pid cannot be reused meanwhile, so reading until the group is empty, as `kill_listed`
+    does, would spin (up to its 100 reads, three files each) for nothing: about a run in three ended that way."""
     killed: set[int] = set()
     for _ in range(100):
         fresh = [pid for pid in group.pids() if pid not in killed]
@@ -124,6 +124,16 @@ def kill_frozen(group: RunGroup) -> None:
             return
         _kill(fresh)
         killed.update(fresh)
+
+
+def settled(check: Callable[[], bool], wait_s: float = 0.05) -> bool:
+    """Whether `check` holds within `wait_s` (looked at every 0.2 ms): a freezer's state once asked to freeze."""
+    deadline = time.monotonic() + wait_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0002)
+    return True
 
 
 def _kill(pids) -> None:

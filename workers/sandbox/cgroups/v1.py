@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, read, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, kill_listed, read, settled, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -33,13 +33,20 @@ class V1(Hierarchy):
 
     def kill(self, group):
         freezer = group.paths[2] if len(group.paths) > 2 else None
-        if freezer:  # frozen, no process can fork between the read and the kill
-            write(os.path.join(freezer, "freezer.state"), "FROZEN")
+        if freezer is None:
+            kill_listed(group)
+            return
+        state = os.path.join(freezer, "freezer.state")
+        write(state, "FROZEN")  # the write starts freezing; the state reads FROZEN once every task is
         try:
-            kill_frozen(group)
+            # frozen, no task is inside a fork: one pass kills all. Still freezing (a task in an uninterruptible
+            # sleep), one may be: read until the group is empty
+            if settled(lambda: (read(state) or "").strip() == "FROZEN"):
+                kill_frozen(group)
+            else:
+                kill_listed(group)
         finally:
-            if freezer:
-                write(os.path.join(freezer, "freezer.state"), "THAWED")  # killed processes die once thawed
+            write(state, "THAWED")  # killed processes die once thawed
 
     def oom_killed(self, group):
         oom = read(os.path.join(group.paths[0], "memory.oom_control")) or ""  # its oom_kill count: Linux 4.13

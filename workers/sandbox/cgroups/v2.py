@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, log, read, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, kill_listed, log, read, settled, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -38,9 +38,12 @@ class V2(Hierarchy):
             except FileNotFoundError:
                 return
             return
-        write(os.path.join(path, "cgroup.freeze"), "1")
+        write(os.path.join(path, "cgroup.freeze"), "1")  # frozen once cgroup.events says so (see V1.kill)
         try:
-            kill_frozen(group)
+            if settled(lambda: counted(read(os.path.join(path, "cgroup.events")) or "", "frozen") == 1):
+                kill_frozen(group)
+            else:
+                kill_listed(group)
         finally:
             write(os.path.join(path, "cgroup.freeze"), "0")
 
