@@ -38,7 +38,28 @@ def _wait(check, what: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-class Farm:
+class Started:
+    """A server the bench starts and stops: `with` it, it is up, and what a start that failed left is stopped."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class Farm(Started):
     """`with Farm() as farm:` a running farm; `farm.cpu()` its CPU ms so far by role."""
 
     def __init__(self, *, flower: bool = True, workers: int = 2, port: int = 0, cgroups: bool = True,
@@ -67,17 +88,6 @@ class Farm:
             self.procs[name] = subprocess.Popen([sys.executable, "-m", "farm.app.cli", *args], env=self.env,
                                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                 cwd=self.code, start_new_session=True)
-
-    def __enter__(self) -> "Farm":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         from farm.config import Settings

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench import proc_cpu
+from bench.cost_farm import Started
 from bench.cpu_groups import CpuGroups, available
 from bench.proc_cpu import Placed
 
@@ -45,7 +46,7 @@ uvicorn.run("sandbox.server.server:app", host="127.0.0.1", port=int(sys.argv[1])
 """
 
 
-class SandboxFusion:
+class SandboxFusion(Started):
     """`with SandboxFusion(checkout, python, interpreter, port) as sf:` the server up; `sf.cpu_ms()` its CPU so far."""
 
     def __init__(self, checkout: Path, python: str, interpreter: str, port: int, cgroups: bool = True) -> None:
@@ -58,17 +59,6 @@ class SandboxFusion:
         self.groups: CpuGroups | None = CpuGroups() if cgroups and available() else None
         self.home = Path(tempfile.mkdtemp(prefix="farm-bench-sf-"))
         self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> "SandboxFusion":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         runtime = self.home / "runtime"
