@@ -163,4 +163,8 @@ def test_a_sample_whose_batch_ended_before_it_was_submitted_joins_the_next_batch
     (retry,) = asyncio.run(call_all(url, [body(PROMPT + "\\boxed{4}", PROMPT, "5")]))
     assert retry.status_code == 200 and retry.json()["rewards"] == [0.0]
     states = sorted((b["arrived"], b["state"]) for b in farm_batches(settings, "t").values())
-    assert states == [("1", "completed"), ("1", "open")]
+    # the retry's batch is open until its rollover (0.3 s) seals it, which a slow machine's check may come after;
+    # the batch the late sample had joined may have been opened by the retry, found ended and cancelled, empty
+    taken = [s for s in states if s[0] != "0"]
+    assert taken in ([("1", "completed"), ("1", "open")], [("1", "completed"), ("1", "completed")])
+    assert all(s == ("0", "cancelled") for s in states if s[0] == "0")

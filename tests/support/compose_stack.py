@@ -149,12 +149,27 @@ class Stack:
         # the monitoring profile's services too, where a test started them
         done = self.compose("--profile", "monitoring", "down", "--volumes", "--remove-orphans", timeout_s=timeout_s,
                             check=False)
+        if done.returncode != 0 and "has active endpoints" in done.stderr and self._attached_go(30.0):
+            # a container that was still going away (a retired worker the engine was removing) held the network
+            # when compose came to it: once nothing is attached, down again, as an operator would
+            done = self.compose("--profile", "monitoring", "down", "--volumes", "--remove-orphans",
+                                timeout_s=timeout_s, check=False)
         if done.returncode != 0:
             if "has active endpoints" in done.stderr and not self.network_containers() and not any(
                     self.leftovers()[kind] for kind in ("containers", "volumes")):
                 raise StaleNetworkEndpoint(f"the engine keeps network {self.network} for endpoints no container "
                                            f"holds (an inconsistent endpoint count):\n{done.stderr[-1000:]}")
-            raise StackError(f"compose down failed ({done.returncode}):\n{done.stderr[-4000:]}")
+            raise StackError(f"compose down failed ({done.returncode}); attached: {self.network_containers()}, "
+                             f"left: {self.leftovers()}:\n{done.stderr[-4000:]}")
+
+    def _attached_go(self, wait_s: float) -> bool:
+        """Whether the containers attached to the stack's network, if any, go within `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while self.network_containers():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
 
     def force_down(self) -> None:
         """After a failure: remove whatever is left, workers included, without asking anyone."""
