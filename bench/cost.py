@@ -63,37 +63,32 @@ TARGET_OVER_SF = 0.8  # the short workloads' CPU per request, at most this much 
 SF_WORKLOADS = ("py_io", "humaneval", "cpp")  # what SandboxFusion's /run_code serves of ours (math is the farm's)
 
 
-def farm_window(farm: Farm, workload: str, n: int, concurrency: int, tag: str, settle_s: float) -> dict:
-    before, started = farm.cpu(), time.monotonic()
-    drive(farm, workload, n, concurrency, tag)
+def window(target: Farm | SandboxFusion, workload: str, n: int, concurrency: int, tag: str, settle_s: float) -> dict:
+    """One workload through the farm or SandboxFusion: CPU ms by role from the first request to the last answer
+    plus `settle_s` (both gross of their idle CPU), the window, requests per second."""
+    before, started = target.cpu(), time.monotonic()
+    drive(target, workload, n, concurrency, tag)
     elapsed = time.monotonic() - started
     time.sleep(settle_s)
-    roles = proc_cpu.delta(before, farm.cpu())
+    roles = proc_cpu.delta(before, target.cpu())
     return {"roles": roles, "window_s": elapsed + settle_s, "rps": n / elapsed}
-
-
-def sf_window(sf: SandboxFusion, workload: str, n: int, concurrency: int, tag: str, settle_s: float) -> dict:
-    before, started = sf.cpu_ms(), time.monotonic()
-    drive(sf, workload, n, concurrency, tag)
-    elapsed = time.monotonic() - started
-    time.sleep(settle_s)  # as for the farm: both windows are gross of their idle CPU
-    return {"ms": sf.cpu_ms() - before, "rps": n / elapsed}
 
 
 def idle(farm: Farm, seconds: float, sf: SandboxFusion | None = None) -> tuple[dict[str, float], float | None]:
     """The farm's idle CPU per role, and SandboxFusion's in the same window (ms per second)."""
-    before, sf_before, started = farm.cpu(), sf.cpu_ms() if sf else 0.0, time.monotonic()
+    before, sf_before, started = farm.cpu(), sf.cpu() if sf else {}, time.monotonic()
     time.sleep(seconds)
     span = time.monotonic() - started
-    sf_rate = (sf.cpu_ms() - sf_before) / span if sf else None
+    sf_rate = sum(proc_cpu.delta(sf_before, sf.cpu()).values()) / span if sf else None
     return {role: ms / span for role, ms in proc_cpu.delta(before, farm.cpu()).items()}, sf_rate
 
 
-def same_run_sf(workload: str, farm_ms: float, sf_ms: float | None, samples: list[float], rps: list[float]) -> dict:
-    """A row's SandboxFusion figures from this run (none where it was not run), and, for the short workloads,
-    whether the farm met its target against them (at most TARGET_OVER_SF of SandboxFusion's CPU per request)."""
-    if sf_ms is None:
+def same_run_sf(workload: str, farm_ms: float, samples: list[float], rps: list[float]) -> dict:
+    """A row's SandboxFusion figures from this run, its rounds' `samples` (none where it was not run), and, for the
+    short workloads, whether the farm met its target against their median (at most TARGET_OVER_SF of it)."""
+    if not samples:
         return {}
+    sf_ms = statistics.median(samples)
     out = {"sf_ms": round(sf_ms, 2), "farm_over_sf": round(farm_ms / sf_ms, 2),
            "sf_samples_ms": [round(x, 2) for x in samples], "sf_rps": round(statistics.median(rps), 1)}
     if workload in TARGET_MS:
@@ -142,12 +137,12 @@ def run(args) -> dict:
                         continue
                     if side == "sf":
                         for c in args.concurrency if w in SF_WORKLOADS else ():
-                            got = sf_window(sf, w, sizes[w], c, f"sf{k}-{c}", args.settle_s)
-                            sf_ms.setdefault((w, c), []).append(got["ms"] / sizes[w])
+                            got = window(sf, w, sizes[w], c, f"sf{k}-{c}", args.settle_s)
+                            sf_ms.setdefault((w, c), []).append(sum(got["roles"].values()) / sizes[w])
                             sf_rps.setdefault((w, c), []).append(got["rps"])
                         continue
                     for c in args.concurrency:
-                        got = farm_window(farm, w, sizes[w], c, f"{k}-{c}", args.settle_s)
+                        got = window(farm, w, sizes[w], c, f"{k}-{c}", args.settle_s)
                         total = sum(got["roles"].values())
                         farm_ms.setdefault((w, c), []).append(total / sizes[w])
                         net_ms.setdefault((w, c), []).append((total - idle_total * got["window_s"]) / sizes[w])
@@ -158,13 +153,12 @@ def run(args) -> dict:
     for (w, c), samples in farm_ms.items():
         b = statistics.median(bare[w])
         f = statistics.median(samples)
-        sf_same = statistics.median(sf_ms[(w, c)]) if (w, c) in sf_ms else None
         split = {r: round(statistics.median(x.get(r, 0.0) for x in roles[(w, c)]), 2)
                  for r in sorted({r for x in roles[(w, c)] for r in x})}
         rows.append({"workload": w, "concurrency": c, "farm_ms": round(f, 2),
                      "net_ms": round(statistics.median(net_ms[(w, c)]), 2), "bare_ms": round(b, 2),
                      "farm_over_bare": round(f / b, 2), "sandbox_fusion_ms": SANDBOX_FUSION_MS.get((w, c)),
-                     **same_run_sf(w, f, sf_same, sf_ms.get((w, c), []), sf_rps.get((w, c), [])),
+                     **same_run_sf(w, f, sf_ms.get((w, c), []), sf_rps.get((w, c), [])),
                      "target_ms": TARGET_MS.get(w), "rps": round(statistics.median(rps[(w, c)]), 1),
                      "samples_ms": [round(x, 2) for x in samples], "bare_samples_ms": [round(x, 2) for x in bare[w]],
                      "roles_ms": split})

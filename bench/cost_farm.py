@@ -30,7 +30,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait(check, what: str, timeout_s: float = 120.0) -> None:
+def wait_for(check, what: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
@@ -98,7 +98,7 @@ class Farm(Started):
         self._start("up", "up", *pipelines, "--workers", str(self.workers), "--metrics-port", "0",
                     "--flower-port", str(free_port() if self.flower else 0))
         log = self.data / "bench-up.log"
-        _wait(lambda: self.procs["up"].poll() is None and b"the farm is up" in log.read_bytes()
+        wait_for(lambda: self.procs["up"].poll() is None and b"the farm is up" in log.read_bytes()
               or self._died("up"), "farm up")
         endpoint = json.loads((self.data / "endpoint.json").read_text())
         engine = open_store(Settings(redis_url=endpoint["redis_url"], data_dir=str(self.data)))
@@ -111,7 +111,7 @@ class Farm(Started):
         def serving() -> bool:
             self._died("gateway")
             return gateway_serving(self.base)
-        _wait(serving, "the gateway")
+        wait_for(serving, "the gateway")
         for record in (self.data / "workers").glob("*/*.json"):
             found = json.loads(record.read_text())
             self.stages[int(found["pid"])] = found["stage"]

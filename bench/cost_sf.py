@@ -25,11 +25,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from bench import proc_cpu
-from bench.cost_farm import Started
+from bench.cost_farm import Started, wait_for
 from bench.cpu_groups import CpuGroups, available
 from bench.proc_cpu import Placed
 
@@ -47,7 +46,7 @@ uvicorn.run("sandbox.server.server:app", host="127.0.0.1", port=int(sys.argv[1])
 
 
 class SandboxFusion(Started):
-    """`with SandboxFusion(checkout, python, interpreter, port) as sf:` the server up; `sf.cpu_ms()` its CPU so far."""
+    """`with SandboxFusion(checkout, python, interpreter, port) as sf:` the server up; `sf.cpu()` its CPU so far."""
 
     def __init__(self, checkout: Path, python: str, interpreter: str, port: int, cgroups: bool = True) -> None:
         if not (checkout / "sandbox" / "server" / "server.py").is_file():
@@ -74,30 +73,25 @@ class SandboxFusion(Started):
                                          start_new_session=True)
         if self.groups is not None:
             self.groups.move(self.proc.pid, ROLE)  # before it forks anything: its whole tree follows
-        self._wait_up()
+        wait_for(self._answers, f"SandboxFusion (its log: {self.home / 'server.log'})", 180.0)
 
-    def _wait_up(self, timeout_s: float = 180.0) -> None:
+    def _answers(self) -> bool:
         import httpx
 
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"SandboxFusion exited: see {self.home / 'server.log'}")
-            try:
-                if httpx.get(f"{self.base}/v1/ping", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"SandboxFusion did not come up in {timeout_s:g} s: see {self.home / 'server.log'}")
-            time.sleep(0.5)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"SandboxFusion exited: see {self.home / 'server.log'}")
+        try:
+            return httpx.get(f"{self.base}/v1/ping", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
 
-    def cpu_ms(self) -> float:
+    def cpu(self) -> dict[str, float]:
+        """Its CPU ms so far, as the farm's `cpu()` gives it by role (one role: the whole server)."""
         if self.groups is not None:
-            return self.groups.usage_ms().get(ROLE, 0.0)
+            return {ROLE: self.groups.usage_ms().get(ROLE, 0.0)}
         snap = proc_cpu.snapshot()
         where = proc_cpu.placed(snap, {self.proc.pid: Placed(ROLE, ROLE, ROLE)}, lambda pid, parent: parent)
-        return proc_cpu.by_role(snap, where).get(ROLE, 0.0)
+        return {ROLE: proc_cpu.by_role(snap, where).get(ROLE, 0.0)}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

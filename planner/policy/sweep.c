@@ -1,5 +1,5 @@
 /* The one-at-a-time sweeps of planner/policy/sweep.py (sweep_fcfs, sweep_ebf), step for step, for the probes of
-   Algorithm 1 where they are the hot path (planner/policy/native.py builds and loads this). Same IEEE doubles,
+   Algorithm 1 where they are the hot path (planner/runtime/native.py builds and loads this). Same IEEE doubles,
    same comparisons in the same order, so the same finish times and the same stop: the Python loops stay the
    reference, and tests/unit/planner/test_native_sweep.py holds the two to each other. */
 #include <math.h>
@@ -43,10 +43,10 @@ static void pop_rank(long *heap, long *n) {
     if (*n > 0) heap[i] = last;
 }
 
-/* FCFS from request `start` on; returns the first request that starts after its cut, or -1 */
+/* FCFS from the first request; returns the first request that starts after its cut, or -1 */
 long sweep_fcfs(long n, const double *arr, const double *srv, const double *cut, double *free_, long workers,
-                long start, double *fin) {
-    for (long i = start; i < n; i++) {
+                double *fin) {
+    for (long i = 0; i < n; i++) {
         double a = arr[i], w = free_[0];
         double t = a >= w ? a : w;
         double f = t + srv[i];
@@ -57,12 +57,11 @@ long sweep_fcfs(long n, const double *arr, const double *srv, const double *cut,
     return -1;
 }
 
-/* EBF from request `start` on (none waiting); `arr` holds n + 1 values (an inf sentinel). Scratch: `head` and
-   `tail` of each rank's FIFO (groups each), `next` (n), `urgent` (groups). */
+/* EBF from the first request; `arr` holds n + 1 values (an inf sentinel). Scratch: `head` and `tail` of each
+   rank's FIFO (groups each), `next` (n), `urgent` (groups). */
 long sweep_ebf(long n, const double *arr, const double *srv, const long *grp, long groups, const double *cut,
-               double *free_, long workers, long start, double *fin, long *head, long *tail, long *next,
-               long *urgent) {
-    long i = start, waiting = 0;
+               double *free_, long workers, double *fin, long *head, long *tail, long *next, long *urgent) {
+    long i = 0, waiting = 0;
     double t = -INFINITY;
     for (long g = 0; g < groups; g++) head[g] = -1;
     while (i < n || waiting) {

@@ -42,9 +42,8 @@ class Sweeps:
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._fcfs, self._ebf = lib.sweep_fcfs, lib.sweep_ebf
         self._fcfs.restype = self._ebf.restype = ctypes.c_long
-        self._fcfs.argtypes = [ctypes.c_long, _D, _D, _D, _D, ctypes.c_long, ctypes.c_long, _D]
-        self._ebf.argtypes = [ctypes.c_long, _D, _D, _L, ctypes.c_long, _D, _D, ctypes.c_long, ctypes.c_long, _D,
-                              _L, _L, _L, _L]
+        self._fcfs.argtypes = [ctypes.c_long, _D, _D, _D, _D, ctypes.c_long, _D]
+        self._ebf.argtypes = [ctypes.c_long, _D, _D, _L, ctypes.c_long, _D, _D, ctypes.c_long, _D, _L, _L, _L, _L]
 
     def fcfs(self, arr: np.ndarray, srv: np.ndarray, free: np.ndarray, cut: np.ndarray) -> tuple[np.ndarray, int]:
         """`arr` without a sentinel; `free` earliest first (a heap; copied, the C loop consumes its copy). From the
@@ -52,7 +51,7 @@ class Sweeps:
         n = len(srv)
         out = np.zeros(n, dtype=np.float64)
         heap = np.array(free, dtype=np.float64)
-        bad = self._fcfs(n, _f64(arr), _f64(srv), _f64(cut), heap, len(heap), 0, out)
+        bad = self._fcfs(n, _f64(arr), _f64(srv), _f64(cut), heap, len(heap), out)
         return out, int(bad)
 
     def ebf(self, arr: np.ndarray, srv: np.ndarray, grp: np.ndarray, groups: int, free: np.ndarray,
@@ -64,7 +63,7 @@ class Sweeps:
         scratch = [np.empty(max(groups, 1), dtype=np.int64), np.empty(max(groups, 1), dtype=np.int64),
                    np.empty(max(n, 1), dtype=np.int64), np.empty(max(groups, 1), dtype=np.int64)]
         bad = self._ebf(n, with_sentinel, _f64(srv), np.ascontiguousarray(grp, dtype=np.int64), groups, _f64(cut),
-                        heap, len(heap), 0, out, *scratch)
+                        heap, len(heap), out, *scratch)
         return out, int(bad)
 
 

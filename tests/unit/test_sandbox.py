@@ -70,20 +70,25 @@ def test_there_is_no_network():
     assert r.stdout.startswith(b"blocked")
 
 
-def test_the_working_directory_is_fresh_and_removed_afterwards(monkeypatch):
-    # a root and a pool of its own: in the shared root, another test's runs come and go meanwhile
-    root = tempfile.mkdtemp(prefix="farm-sandbox-fresh-", dir="/var/lib")  # the sandbox uids must reach it
+@pytest.fixture
+def own_root(monkeypatch):
+    """A sandbox root and a uid pool of the test's own. In the shared root, other test files' runs come and go
+    meanwhile; and a pool's locks live in its root, so to a sweep of a root of its own every other run of the same
+    pool would look stale."""
+    root = tempfile.mkdtemp(prefix="farm-sandbox-own-", dir="/var/lib")  # the sandbox uids must reach it
     os.chmod(root, 0o711)
     monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
     monkeypatch.setenv("FARM_SANDBOX_UIDS", "62996")
     uids.sweep_stale.cache_clear()
-    try:
-        r = _py("import os; open('left.txt', 'w').write('x'); print(os.listdir('.'), os.getcwd())")
-        assert r.stdout == b"['left.txt'] /work\n"
-        assert [name for name in os.listdir(root) if not name.startswith(".")] == []  # .state, .uids: the pool's
-    finally:
-        uids.sweep_stale.cache_clear()
-        shutil.rmtree(root, ignore_errors=True)
+    yield root
+    uids.sweep_stale.cache_clear()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_working_directory_is_fresh_and_removed_afterwards(own_root):
+    r = _py("import os; open('left.txt', 'w').write('x'); print(os.listdir('.'), os.getcwd())")
+    assert r.stdout == b"['left.txt'] /work\n"
+    assert [name for name in os.listdir(own_root) if not name.startswith(".")] == []  # .state, .uids: the pool's
 
 
 def test_collected_files_come_back():
@@ -339,45 +344,28 @@ def _probe_fd_and_network(fd):
     return [fd_state, net]
 
 
-def test_a_working_directory_left_by_a_killed_worker_is_swept(monkeypatch):
-    root = tempfile.mkdtemp(prefix="farm-sandbox-sweep-", dir="/var/lib")  # the sandbox uids must reach it
-    os.chmod(root, 0o711)
-    monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
-    # a pool of its own: its locks live in this root, so to its sweep every other test's running run looks stale
-    monkeypatch.setenv("FARM_SANDBOX_UIDS", "62996")
-    stale = os.path.join(root, f"run-{uids.uid_range().start}-abc")
+def test_a_working_directory_left_by_a_killed_worker_is_swept(own_root):
+    stale = os.path.join(own_root, f"run-{uids.uid_range().start}-abc")
     os.mkdir(stale)
     with open(os.path.join(stale, "left"), "w") as fh:
         fh.write("x")
-    uids.sweep_stale.cache_clear()
-    try:
-        assert sandbox.run(["/bin/true"]).ok
-        assert not os.path.exists(stale)
-    finally:
-        uids.sweep_stale.cache_clear()
-        shutil.rmtree(root, ignore_errors=True)
+    assert sandbox.run(["/bin/true"]).ok
+    assert not os.path.exists(stale)
 
 
-def test_the_sweep_leaves_the_runs_of_another_pool_alone(monkeypatch):
+def test_the_sweep_leaves_the_runs_of_another_pool_alone(own_root):
     from workers.sandbox import cgroups
 
-    root = tempfile.mkdtemp(prefix="farm-sandbox-sweep-", dir="/var/lib")
-    os.chmod(root, 0o711)
-    monkeypatch.setenv("FARM_SANDBOX_ROOT", root)
-    monkeypatch.setenv("FARM_SANDBOX_UIDS", "62996")
     other = cgroups.probe().create("run-62995-other", 64 << 20, 8)  # a run of another pool, its lock elsewhere
     sleeper = subprocess.Popen(["sleep", "30"])
     other.admit(sleeper.pid)
-    uids.sweep_stale.cache_clear()
     try:
         uids.sweep_stale()
         assert sleeper.poll() is None and other.pids() == [sleeper.pid]
     finally:
-        uids.sweep_stale.cache_clear()
         sleeper.kill()
         sleeper.wait()
         other.remove()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
