@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from farm.app.gateway import bell as bell_module
-from farm.app.gateway.bell import ResultsBell, stream_id
+from farm.app.gateway.bell import ResultsBell, Waiter, _Stream, stream_id
 from farm.errors import InvalidInput
 from farm.protocol.keys import Keys, Part
 
@@ -67,3 +67,66 @@ def test_a_cursor_that_is_not_a_stream_id_redis_takes_is_refused(cursor):
 
 def test_the_largest_stream_id_is_a_cursor():
     assert stream_id("18446744073709551615-18446744073709551615") == ((1 << 64) - 1, (1 << 64) - 1)
+
+
+def test_a_result_rings_its_waiter_with_one_read_on_the_bells_connection(redis_url, namespace):
+    async def scenario(bell, admin, done):
+        sent = []
+        connect = bell._connect
+
+        async def counting():  # every command the bell's client sends, alone or in a pipeline
+            conn = await connect()
+            if not getattr(conn, "counted", False):
+                one, many, conn.counted = conn.execute_command, conn.pipeline, True
+
+                async def command(*args, **options):
+                    sent.append(args[0])
+                    return await one(*args, **options)
+
+                def pipeline(*args, **options):
+                    pipe = many(*args, **options)
+                    execute = pipe.execute
+
+                    async def counted_execute(*a, **k):
+                        sent.extend(str(call[0]) for call, _ in pipe.command_stack)
+                        return await execute(*a, **k)
+                    pipe.execute = counted_execute
+                    return pipe
+                conn.execute_command, conn.pipeline = command, pipeline
+            return conn
+        bell._connect = counting
+        async with bell.waiting_on("a", "0-0") as waiter:
+            await asyncio.sleep(0.2)
+            await admin.xadd(done("a"), {"r": "1"})
+            woken = await waiter.wait(10)
+            await asyncio.sleep(0.2)  # whatever the bell sends after ringing, before it blocks again
+            return woken, sent
+    woken, sent = run(redis_url, namespace, scenario)
+    assert woken
+    assert set(sent) == {"XREAD"}  # no second command to find the stream's last entry
+    assert len(sent) <= 3  # the block before the entry, the read that saw it, the block after
+
+
+def test_the_bell_reads_on_from_where_every_waiter_has_read_not_from_what_it_saw_itself():
+    ahead, behind = Waiter("a", (7, 0)), Waiter("a", (5, 0))
+    stream = _Stream((3, 0), {ahead, behind})
+    assert stream.read_from() == (5, 0)  # a burst its waiters read past is not stepped through entry by entry
+    stream.after = (6, 0)
+    assert stream.read_from() == (6, 0)  # a waiter behind what the bell saw was rung already
+    assert _Stream((3, 0)).read_from() == (3, 0)
+
+
+def test_a_waiter_that_read_a_burst_is_not_rung_again_for_it(redis_url, namespace):
+    async def scenario(bell, admin, done):
+        async with bell.waiting_on("a", "0-0") as waiter:
+            await asyncio.sleep(0.2)
+            pipe = admin.pipeline(transaction=False)
+            for i in range(5):
+                pipe.xadd(done("a"), {"r": str(i)})
+            ids = await pipe.execute()
+            first = await waiter.wait(10)
+            waiter.cursor = stream_id(ids[-1])  # it read them all, as the hub does
+            await asyncio.sleep(0.3)  # the bell may ring once more for what it saw before the cursor moved
+            waiter.rung.clear()
+            return first, await waiter.wait(0.5)
+    assert run(redis_url, namespace, scenario) == (True, False)

@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from farm.app.gateway.rolling import Roller, Rolling
+from farm.protocol.keys import Keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -144,3 +145,30 @@ def test_a_new_sample_at_the_tenants_limit_is_refused_before_it_joins_but_a_retr
         return first, retry, state, await r.exists(roller.keys.roll_sample(1, "openrlhf", "b"))
     first, retry, count, b_kept = run(redis_url, namespace, script)
     assert retry.batch_id == first.batch_id and count == "1" and not b_kept
+
+
+def test_a_new_sample_joins_and_is_watched_by_the_idle_check_in_one_round_trip(redis_url, namespace):
+    async def script(r, roller):
+        sent = []
+        real = r.execute_command
+
+        async def counted(*args, **options):
+            sent.append(args[0])
+            return await real(*args, **options)
+        r.execute_command = counted
+        await roller.join(r, 1, "openrlhf", ROLL, "a", 100.0)  # loads the script: EVALSHA fails once, then EVAL
+        sent.clear()
+        await roller.join(r, 1, "openrlhf", ROLL, "b", 101.0)
+        return list(sent), await r.smembers(roller.keys.rolls)
+    sent, watched = run(redis_url, namespace, script)
+    assert sent == ["EVALSHA"]
+    assert watched == {Keys(namespace).roll(1, "openrlhf")}
+
+
+def test_a_retried_sample_does_not_put_back_a_state_the_idle_check_let_go(redis_url, namespace):
+    async def script(r, roller):
+        await roller.join(r, 1, "openrlhf", ROLL, "a", 100.0)
+        await r.srem(roller.keys.rolls, roller.state_key(1, "openrlhf"))  # as roll_idle.lua does once it is sealed
+        await roller.join(r, 1, "openrlhf", ROLL, "a", 200.0)  # the retry changes no state: nothing to watch
+        return await r.smembers(roller.keys.rolls)
+    assert run(redis_url, namespace, script) == set()

@@ -60,6 +60,11 @@ class _Stream:
     after: tuple[int, int]
     waiters: set[Waiter] = field(default_factory=set)
 
+    def read_from(self) -> tuple[int, int]:
+        """Where the next XREAD starts: past what the bell has seen and what every waiter has read already (a
+        waiter that read a burst has moved its cursor past it: the bell need not step through it entry by entry)."""
+        return max(self.after, min((w.cursor for w in self.waiters), default=self.after))
+
 
 class ResultsBell:
     """`async with bell.waiting_on(batch, cursor) as w: ... await w.wait(s)`. One reader task per event loop, alive
@@ -121,14 +126,14 @@ class ResultsBell:
             try:
                 conn = await self._connect()
                 names = {self.keys.batch(name, Part.done): name for name in self._streams}
-                ids = {key: "%d-%d" % self._streams[name].after for key, name in names.items()}
+                ids = {key: "%d-%d" % self._streams[name].read_from() for key, name in names.items()}
                 self._blocked = True
                 try:
                     reply = await conn.xread(ids, count=1, block=BLOCK_MS)
                 finally:
                     self._blocked = False
-                if reply:
-                    await self._ring(conn, {key: names[key] for key, _ in reply})
+                for key, entries in reply or ():
+                    self._ring(names[key], entries)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # every waiter re-reads on its own connection, where the outage is handled
@@ -140,21 +145,17 @@ class ResultsBell:
                 await asyncio.sleep(RETRY_S)
         await self._drop()
 
-    async def _ring(self, conn: aioredis.Redis, batches: dict[str, str]) -> None:
-        """Wake the waiters of these batches (done stream key -> batch) whose cursor is before the stream's last
-        entry (read at once: a burst of results rings once, not once per entry)."""
-        pipe = conn.pipeline(transaction=False)
-        for key in batches:
-            pipe.xrevrange(key, count=1)
-        lasts = await pipe.execute()
-        for batch_id, last in zip(batches.values(), lasts):
-            stream = self._streams.get(batch_id)
-            if stream is None or not last:
-                continue
-            stream.after = max(stream.after, stream_id(last[0][0]))
-            for waiter in stream.waiters:
-                if waiter.cursor < stream.after:
-                    waiter.rung.set()
+    def _ring(self, batch_id: str, entries: list) -> None:
+        """Wake the batch's waiters whose cursor is before the entry the XREAD returned (its first after where the
+        bell read from): they have entries to read. Each reads all it has on its own connection, and moves its
+        cursor, so a burst of results rings a waiter once or twice, not once per entry."""
+        stream = self._streams.get(batch_id)
+        if stream is None or not entries:
+            return
+        stream.after = max(stream.after, stream_id(entries[-1][0]))
+        for waiter in stream.waiters:
+            if waiter.cursor < stream.after:
+                waiter.rung.set()
 
     async def _drop(self) -> None:
         conn, self._conn, self._conn_id = self._conn, None, None

@@ -67,7 +67,9 @@ class ResultHub:
                         await self.client.touch([batch_id])
                         touched = time.monotonic()
                     reply = await self.client.call(lambda r: reads.results_after(r, keys, batch_id, last, READ_COUNT))
+                    read = 0
                     for _, entries in reply or ():
+                        read += len(entries)
                         for last, result in done_entries(entries):
                             if result is None:
                                 watch.ended = True
@@ -76,7 +78,9 @@ class ResultHub:
                             for future in watch.waiters.pop(result.request_id, ()):
                                 if not future.done():
                                     future.set_result(result)
-                    if not reply:  # caught up: wait for the bell (or the next touch, or the last caller leaving)
+                    # fewer than asked for: caught up as of that read, so wait for the bell (or the next touch, or
+                    # the last caller leaving) without reading again to see nothing; what arrived since rings it
+                    if read < READ_COUNT and watch.waiters and not watch.ended:
                         bell.cursor = stream_id(last)
                         await bell.wait(MAX_BLOCK_S)
             # the batch ended (its results expire, or it was cancelled before these arrived): nothing will come

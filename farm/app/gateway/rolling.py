@@ -96,7 +96,6 @@ class Roller:
             raise LimitExceeded(f"this tenant has {reply[1]} requests outstanding and its limit is {most}: wait for "
                                 f"results before sending more")
         index, epoch, seal, request, value, seen = reply
-        await redis.sadd(self.keys.rolls, self.state_key(tenant_id, protocol))
         sealed = rolling.batch_id(protocol, epoch, int(seal)) if int(seal) >= 0 else None
         return Joined(rolling.batch_id(protocol, epoch, int(index)), request, sealed, bool(int(seen)), value, epoch,
                       int(index))

@@ -2,7 +2,8 @@
 -- holds `size` samples or none came for `rollover` seconds, then the next. A sample seen before joins the batch
 -- and request it joined then (its key lasts `ttl` seconds), unless what it joined then is `stale` (the caller
 -- saw that request's result must not be replayed): then it joins afresh as `request`. `epoch`: the tenant's
--- first batch's epoch, when it has none yet.
+-- first batch's epoch, when it has none yet. A new sample also puts the state among those the idle check watches
+-- (K.rolls); a sample seen before changes no state, so it leaves the set as it is.
 -- Returns {index, epoch, index to seal or -1, request, what the sample is joined as (`stale` names it), 1 if seen before};
 -- {'limit', outstanding} when it would join as a new request while its tenant already has `most_outstanding`
 -- requests outstanding ('' = no limit; the submit checks it again as the request arrives).
@@ -29,6 +30,7 @@ if count > 0 and (count >= most or t - last > idle) then
 end
 redis.call('HSET', state, 'epoch', current, 'index', index, 'count', count + 1, 'last', t, 'size', most,
            'rollover', idle)
+redis.call('SADD', K.rolls, state)  -- a state the idle check watches (roll_idle.lua), with the sample that filled it
 local value = current .. ':' .. index .. ':' .. request
 redis.call('SET', joined, value, 'EX', ttl)
 return {index, current, seal, request, value, 0}
