@@ -102,3 +102,10 @@ def test_the_gateway_refuses_to_start_on_a_store_without_the_tenants_table(setti
     done = subprocess.run([sys.executable, "-m", "farm.app.cli", "gateway", "--port", str(free_port())], env=env,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode != 0 and "farm db upgrade" in done.stderr
+
+
+def test_the_gateway_runs_on_uvloop_which_its_extra_installs(settings, engine, postgres_url, tmp_path):
+    log = tmp_path / "gateway.log"
+    with gateway_process(settings, postgres_url, log):
+        pass  # serving: its start is logged
+    assert "gateway: event loop uvloop" in log.read_text()
