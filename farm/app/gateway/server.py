@@ -47,7 +47,8 @@ def serve(farm: Settings, host: str, port: int, settings: GatewaySettings = Gate
     # h11's cap on a request head: headers beyond it are refused with 400 before the app sees them. The loop:
     # uvloop, which the gateway extra installs, else asyncio's own (the same behaviour, more CPU per call)
     config = uvicorn.Config(app, host=host, port=port, loop="auto", http="h11",
-                            h11_max_incomplete_event_size=64 * 1024, timeout_keep_alive=30, log_level="info", access_log=False, proxy_headers=False,
+                            h11_max_incomplete_event_size=64 * 1024, timeout_keep_alive=30, log_level="info",
+                            access_log=False, proxy_headers=False,
                             timeout_graceful_shutdown=settings.shutdown_grace_s)
     server = QuietServer(config)
     logging.getLogger(__name__).info("gateway: event loop %s", _loop())
