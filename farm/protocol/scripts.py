@@ -134,6 +134,13 @@ def run(registered: Any, namespace: str, call: Call, client: Any = None, lua_tok
     return registered(args=argv(namespace, lua_tokens, call), client=client)
 
 
+def pipelined(registered: Any, namespace: str, call: Call, pipe: Any, lua_tokens: bool = False) -> None:
+    """Queue a call's EVALSHA on a pipeline. Not `run(..., client=pipe)`: redis-py then asks SCRIPT EXISTS before
+    every execution of the pipeline, a second round trip each time. A Redis without the script (its first use, or a
+    restart since) fails the pipeline with NoScriptError: the caller loads `registered.script` and sends it again."""
+    pipe.evalsha(registered.sha, 0, *argv(namespace, lua_tokens, call))
+
+
 def lua_tokens(settings: Settings) -> bool:
     """Whether the Celery broker is the farm's own Redis: then the scripts publish wake-up tokens in
     the same round trip as the enqueue (atomic, no extra publish); otherwise Python sends them."""

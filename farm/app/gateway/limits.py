@@ -8,12 +8,14 @@ racing each other, on any route and any gateway process, cannot pass the limit t
 
 from __future__ import annotations
 
+from redis.exceptions import NoScriptError
+
 from farm.errors import InvalidInput, LimitExceeded
 from farm.protocol import reads
 from farm.protocol.calls import canonical_json
 from farm.protocol.keys import Keys
 from farm.protocol.live import Progress, parse_progress
-from farm.protocol.scripts import ADMIT_BATCH, OUTSTANDING, SOURCES, run
+from farm.protocol.scripts import ADMIT_BATCH, OUTSTANDING, SOURCES, pipelined, run
 
 
 class TooLarge(InvalidInput):
@@ -44,11 +46,18 @@ class Limits:
 
     async def admit_requests(self, redis, tenant_id: int, count: int, limit: int, farm_id: str) -> Progress:
         """The batch's progress (BatchNotFound first: the batch decides whether there is anything to limit),
-        once `count` more requests fit the tenant's limit; read in one round trip."""
-        pipe = redis.pipeline(transaction=False)
-        reads.progress(pipe, self.keys, farm_id)
-        await run(self._outstanding, self.namespace, OUTSTANDING.call(tenant=tenant_id), pipe)  # queued
-        head, outstanding = await pipe.execute()
+        once `count` more requests fit the tenant's limit; read in one round trip (two where Redis lacks the script)."""
+        for loaded in (False, True):
+            pipe = redis.pipeline(transaction=False)
+            reads.progress(pipe, self.keys, farm_id)
+            pipelined(self._outstanding, self.namespace, OUTSTANDING.call(tenant=tenant_id), pipe)
+            try:
+                head, outstanding = await pipe.execute()
+                break
+            except NoScriptError:
+                if loaded:
+                    raise
+                await redis.script_load(self._outstanding.script)
         progress = parse_progress(farm_id, head)
         if int(outstanding) + count > limit:
             raise LimitExceeded(f"this tenant has {outstanding} requests outstanding and its limit is {limit}: "
