@@ -126,6 +126,21 @@ def kill_frozen(group: RunGroup) -> None:
         killed.update(fresh)
 
 
+def kill_freezing(group: RunGroup, freeze: Callable[[bool], None], frozen: Callable[[], bool]) -> None:
+    """Kill a group while its freezer holds it (`freeze(True)` starts freezing, `frozen()` says every task is):
+    frozen, no task is inside a fork and one pass kills all (`kill_frozen`); still freezing after `settled`'s wait
+    (a task in an uninterruptible sleep), one may be, so the group is read until it is empty (`kill_listed`).
+    Thawed at the end either way: killed processes die once thawed."""
+    freeze(True)
+    try:
+        if settled(frozen):
+            kill_frozen(group)
+        else:
+            kill_listed(group)
+    finally:
+        freeze(False)
+
+
 def settled(check: Callable[[], bool], wait_s: float = 0.05) -> bool:
     """Whether `check` holds within `wait_s` (looked at every 0.2 ms): a freezer's state once asked to freeze."""
     deadline = time.monotonic() + wait_s

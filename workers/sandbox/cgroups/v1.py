@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, kill_listed, read, settled, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_freezing, kill_listed, read, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -37,16 +37,9 @@ class V1(Hierarchy):
             kill_listed(group)
             return
         state = os.path.join(freezer, "freezer.state")
-        write(state, "FROZEN")  # the write starts freezing; the state reads FROZEN once every task is
-        try:
-            # frozen, no task is inside a fork: one pass kills all. Still freezing (a task in an uninterruptible
-            # sleep), one may be: read until the group is empty
-            if settled(lambda: (read(state) or "").strip() == "FROZEN"):
-                kill_frozen(group)
-            else:
-                kill_listed(group)
-        finally:
-            write(state, "THAWED")  # killed processes die once thawed
+        # writing FROZEN starts freezing; the state reads FROZEN once every task is
+        kill_freezing(group, lambda on: write(state, "FROZEN" if on else "THAWED"),
+                      lambda: (read(state) or "").strip() == "FROZEN")
 
     def oom_killed(self, group):
         oom = read(os.path.join(group.paths[0], "memory.oom_control")) or ""  # its oom_kill count: Linux 4.13

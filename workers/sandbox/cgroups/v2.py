@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_frozen, kill_listed, log, read, settled, write
+from workers.sandbox.cgroups.base import CgroupsUnavailable, Hierarchy, counted, kill_freezing, log, read, write
 from workers.sandbox.cgroups.mounts import Mount, inside, writable, writable_parent
 
 REQUIRED = ("memory", "pids")
@@ -38,14 +38,9 @@ class V2(Hierarchy):
             except FileNotFoundError:
                 return
             return
-        write(os.path.join(path, "cgroup.freeze"), "1")  # frozen once cgroup.events says so (see V1.kill)
-        try:
-            if settled(lambda: counted(read(os.path.join(path, "cgroup.events")) or "", "frozen") == 1):
-                kill_frozen(group)
-            else:
-                kill_listed(group)
-        finally:
-            write(os.path.join(path, "cgroup.freeze"), "0")
+        # frozen once cgroup.events says so
+        kill_freezing(group, lambda on: write(os.path.join(path, "cgroup.freeze"), "1" if on else "0"),
+                      lambda: counted(read(os.path.join(path, "cgroup.events")) or "", "frozen") == 1)
 
     def oom_killed(self, group):
         (path,) = group.paths
