@@ -17,6 +17,7 @@ from bench import proc_cpu
 from bench.cpu_groups import CpuGroups, available
 from bench.dispatch import gateway_serving
 from bench.proc_cpu import Placed
+from farm.processes import Started
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ("run_code", "math")
@@ -36,27 +37,6 @@ def wait_for(check, what: str, timeout_s: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not come up in {timeout_s:g} s")
         time.sleep(0.2)
-
-
-class Started:
-    """A server the bench starts and stops: `with` it, it is up, and what a start that failed left is stopped."""
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self):
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 class Farm(Started):

@@ -28,9 +28,10 @@ import tempfile
 from pathlib import Path
 
 from bench import proc_cpu
-from bench.cost_farm import Started, wait_for
+from bench.cost_farm import wait_for
 from bench.cpu_groups import CpuGroups, available
 from bench.proc_cpu import Placed
+from farm.processes import Started
 
 ROLE = "sandboxfusion"
 # run inside SandboxFusion's Python: its runtime's PATH from FARM_BENCH_SF_RUNTIME (see the module's docstring),

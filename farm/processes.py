@@ -1,7 +1,8 @@
 """The farm's processes as the operating system knows them: a process's start time (a pid with another
 start time is another process), finding one by its command line or its process group, the local workers'
 niceness; and how the farm starts a Python child (`python`) and ties a child's life to its parent's
-(`die_with_parent`, `popen_tethered`).
+(`die_with_parent`, `popen_tethered`), and what starts processes and stops them when its `with` block ends
+(`Started`).
 
 Neutral ground: the local backend and its launcher use it for their workers, the embedded farm for its
 Redis, Flower and planner, and the next farm of a data dir to end what a killed one left (farm.app.leftovers).
@@ -23,6 +24,28 @@ from typing import Any, Callable, Mapping
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 TETHER_ENV = "FARM_WORKER_TETHER"  # "1": local workers end with the process that started them (`farm up` sets it)
+
+
+class Started:
+    """What runs processes between `start()` and `stop()`: `with` it, it is started, and whatever a start that failed
+    part way had already started is stopped (the embedded farm; the benches' farms and servers)."""
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
 
 def python(*args: str) -> list[str]:

@@ -29,7 +29,7 @@ from farm import registry
 from farm.app import metrics, redis_memory
 from farm.app.leftovers import Ledger
 from farm.config import ENDPOINT_FILE, Settings
-from farm.processes import TETHER_ENV, popen_tethered, python
+from farm.processes import TETHER_ENV, Started, popen_tethered, python
 from farm.protocol.live import inspect
 from farm.store import open_store
 from farm.store.knob_store import KnobStore
@@ -69,7 +69,7 @@ def _enable_aof(client: redis.Redis, deadline: float, data_dir: Path) -> None:
 
 
 @dataclass
-class EmbeddedFarm:
+class EmbeddedFarm(Started):
     """Start with `with EmbeddedFarm(...) as farm:`; `farm.settings` then points at the running services."""
 
     settings: Settings = field(default_factory=Settings)
@@ -98,17 +98,6 @@ class EmbeddedFarm:
         self._metrics = None
 
     # -- life -------------------------------------------------------------------------------------
-
-    def __enter__(self) -> "EmbeddedFarm":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> Settings:
         data_dir = Path(os.path.expanduser(self.settings.data_dir))
