@@ -58,12 +58,14 @@ def type_name(value: Any) -> str:
 def int_text(value: int) -> str:
     """The digits of a short int; the size of a long one, computed without converting it to decimal."""
     bits = value.bit_length()
-    if bits <= _DIGITS * 3:
+    if bits <= _DIGITS * 3:  # at most 37 digits: short whatever they are
         return repr(value)
     digits = int(bits * _LOG10_2) + 1  # this many or one fewer
     about = ""
     if bits <= _EXACT_BITS:
         digits -= abs(value) < 10 ** (digits - 1)
+        if digits <= _DIGITS:  # 121 to 133 bits: 37 to 40 digits, still short
+            return repr(value)
     else:
         about = "about "
     return f"<{'a negative' if value < 0 else 'an'} int of {about}{digits} digits>"

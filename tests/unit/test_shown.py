@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 
 from workers.shown import clip, described, shown
 
-small = st.recursive(st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats() | st.text(max_size=8)
+short_ints = st.integers(-(10**40 - 1), 10**40 - 1)  # at most 40 digits: an int longer is shown by its size
+small = st.recursive(st.none() | st.booleans() | short_ints | st.floats() | st.text(max_size=8)
                      | st.binary(max_size=8),
                      lambda inner: st.lists(inner, max_size=3) | st.tuples(inner) | st.tuples(inner, inner)
                      | st.dictionaries(st.text(max_size=3), inner, max_size=2)
-                     | st.frozensets(st.integers(), max_size=2) | st.sets(st.text(max_size=2), max_size=2),
+                     | st.frozensets(short_ints, max_size=2) | st.sets(st.text(max_size=2), max_size=2),
                      max_leaves=6)
 anything = st.recursive(st.none() | st.integers() | st.text() | st.binary() | st.floats(),
                         lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30)
@@ -36,6 +37,14 @@ def test_an_int_too_long_for_repr_is_shown_by_its_exact_number_of_digits():
     assert shown(math.factorial(2000)) == "<an int of 5736 digits>"
     assert shown(-(10 ** 5000)) == "<a negative int of 5001 digits>"
     assert shown([10 ** 99, 10 ** 100 - 1]) == "[<an int of 100 digits>, <an int of 100 digits>]"
+
+
+def test_an_int_of_up_to_forty_digits_is_shown_by_its_digits_and_a_longer_one_by_its_size():
+    # 2**120 has 121 bits and 37 digits, 10**39 - 1 has 130 bits and 40: both short, though past 120 bits
+    for value in (2 ** 120, -(2 ** 120), 10 ** 39, 10 ** 40 - 1, -(10 ** 40 - 1)):
+        assert shown(value) == repr(value)
+    assert shown(10 ** 40) == "<an int of 41 digits>"
+    assert shown(-(10 ** 40)) == "<a negative int of 41 digits>"
 
 
 def test_an_int_of_a_million_digits_is_shown_by_its_approximate_size_at_once():
