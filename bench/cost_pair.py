@@ -15,7 +15,7 @@ import argparse
 import json
 import statistics
 import sys
-from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -54,10 +54,9 @@ def run(args) -> dict:
     farms = {side: Farm(code=code, workers=args.workers) for side, code in codes.items()}
     rounds: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
     commands: dict[str, dict[str, float]] = {}
-    started = []
-    try:
+    with ExitStack() as up:  # both farms stopped at the end, the one started last first
         for side in SIDES:
-            started.append(farms[side].__enter__())
+            up.enter_context(farms[side])
             drive(farms[side], args.workload, 20, args.concurrency, f"warm-{side}")
         for k in range(args.rounds):
             for side in order(k):
@@ -70,9 +69,6 @@ def run(args) -> dict:
                                                             f"monitor-{side}"))
                 commands[side] = {name: round(n / args.requests, 2) for name, n in sorted(
                     sent.items(), key=lambda kv: -kv[1]) if n / args.requests >= 0.01}
-    finally:
-        for farm in reversed(started):
-            farm.__exit__(None, None, None)
     report = {"workload": args.workload, "concurrency": args.concurrency, "requests": args.requests,
               "rounds": args.rounds, "baseline_code": str(codes["baseline"]), "samples_ms": rounds,
               **summary(rounds)}
