@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline, StageContext, StageOutcome
 from farm.results import Result, StageRecord, Status
+from workers.sandbox.live import RunsEnded
 
 
 def run_stage(ctx: StageContext) -> StageOutcome:
@@ -18,6 +19,8 @@ def run_stage(ctx: StageContext) -> StageOutcome:
         outcome = ctx.stage.run(ctx)
     except InvalidInput as exc:
         return StageOutcome(Status.INVALID_INPUT, message=str(exc))
+    except RunsEnded as exc:  # the worker killed its programs: the request is not its own any more
+        return StageOutcome(Status.CANCELLED, message=str(exc))
     except Exception as exc:
         tail = traceback.format_exc(limit=3)
         return StageOutcome(Status.INFRA_ERROR, message=f"stage {ctx.stage.name!r} crashed: {exc!r}\n{tail}")

@@ -2,7 +2,8 @@
 (farm.protocol), run the stage through workers.runner, and hand the request on or finish it.
 
 One worker serves one stage, one request at a time. A thread in the pool process renews the lease
-of the request being run (and tells the stage code when its batch was cancelled or its lease lost),
+of the request being run (and, when its batch was cancelled or its lease lost, tells the stage code and
+kills its sandboxed programs),
 keeps the worker's `seen` time fresh and sweeps lapsed leases of any stage back into their queues.
 The Celery task that calls it, and the worker's lifecycle, are in workers.task.
 """
@@ -32,6 +33,7 @@ from farm.protocol.scripts import Call
 from farm.protocol.state import RequestState
 from farm.results import Result, StageRecord, Status
 from workers.runner import next_stage, run_stage
+from workers.sandbox import live
 from workers.served import Served
 
 log = logging.getLogger(__name__)
@@ -63,16 +65,27 @@ def beat_intervals(lease_s: float) -> tuple[float, float]:
 
 
 class Hold:
-    """The request a worker runs: its lease token, a flag the stage code polls via ctx.cancelled(), and when
-    it was picked (monotonic): the pick is the hold's first beat."""
+    """The request a worker runs: its lease token, a flag the stage code polls via ctx.cancelled(), its
+    sandboxed runs (killed when the request is lost), and when it was picked (monotonic): the pick is the
+    hold's first beat."""
 
-    __slots__ = ("token", "batch", "stop", "picked")
+    __slots__ = ("token", "batch", "stop", "runs", "picked")
 
     def __init__(self, token: str, batch: str) -> None:
         self.token = token
         self.batch = batch
         self.stop = threading.Event()
+        self.runs = live.Scope()
         self.picked = time.monotonic()
+
+    def lose(self) -> None:
+        """The batch was cancelled or the lease lost: the stage's outcome will be discarded, so it may stop
+        (ctx.cancelled()), and its sandboxed programs are killed now rather than at their time limits. Called
+        on every beat that finds it so, which also ends a run started since the last."""
+        self.stop.set()
+        if ended := self.runs.end():
+            log.info("ended %d sandboxed run(s) of a request of batch %s: the batch was cancelled or the lease lost",
+                     ended, self.batch)
 
 
 def next_beat(last_beat: float, hold: Hold | None, busy: float, idle: float) -> float:
@@ -138,7 +151,8 @@ class StageWorker:
             else:
                 ctx = StageContext(request_id, batch_id, task, payload, dict(state.carry), self.stage,
                                    knobs.timeout_of(self.stage), self.name, hold.stop.is_set)
-                outcome = run_stage(ctx)
+                with live.scope(hold.runs):
+                    outcome = run_stage(ctx)
         finally:
             self.hold = None
             self.last_active = time.monotonic()
@@ -240,7 +254,7 @@ class StageWorker:
                 if hold is None:
                     sweepable = roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
                 elif self.dispatch.heartbeat(hold.token, hold.batch, self.queue, self.name, time.time()) != "open":
-                    hold.stop.set()  # cancelled batch or lost lease: the stage may stop, its result is discarded
+                    hold.lose()  # cancelled batch or lost lease: its result is discarded
                 if hold is None and time.monotonic() - self.last_active > self.settings.lease_s:
                     self.last_active = time.monotonic()
                     self.wake_if_pending()

@@ -13,6 +13,7 @@ from farm.celery_app import make_app
 from farm.config import Settings
 from farm.protocol import roster
 from farm.protocol.keys import Keys, QueuePart
+from workers.sandbox import live
 from workers.stage import Hold, StageWorker, beat_intervals
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -99,3 +100,16 @@ def test_an_idle_worker_on_an_idle_farm_does_not_sweep(worker):
     w.start()
     time.sleep(3.5)  # the first beat, a third of the 9 s lease in, is when it would sweep
     assert roster.beat(w.dispatch.redis, w.keys, QUEUE, "beater", time.time()) is False and swept == []
+
+
+def test_a_beat_that_finds_the_batch_cancelled_stops_the_stage_and_kills_its_sandboxed_runs(worker):
+    w, _ = worker
+    w.dispatch.heartbeat = lambda token, batch, *beat: "cancelled"
+    hold = Hold("token", "batch")
+    killed = threading.Event()
+    w.start()
+    w.take(hold)
+    with live.scope(hold.runs), pytest.raises(live.RunsEnded):
+        with live.tracked(killed.set):  # what would kill a run's programs
+            assert killed.wait(beat_intervals(9.0)[0] + 2.0)
+    assert hold.stop.is_set()

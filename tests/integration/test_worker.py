@@ -162,3 +162,22 @@ def test_the_worker_command_takes_its_events_switch_from_the_environment(monkeyp
     CliRunner().invoke(worker, ["--stage", "synthetic.compile"], env={"FARM_WORKER_EVENTS": "0"})
     CliRunner().invoke(worker, ["--stage", "synthetic.compile", "--events"], env={"FARM_WORKER_EVENTS": "0"})
     assert seen == [True, False, True]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root")
+def test_a_cancelled_batchs_running_program_is_killed_and_its_worker_serves_on_at_once(settings, reward_client,
+                                                                                        start_workers):
+    [w] = start_workers("run_code.run")
+    spinning = reward_client.open_batch("t", "run_code", 1)
+    spinning.submit("spin", {"language": "python", "code": "while True: pass", "run_timeout": 60})
+    d = Dispatch(settings)
+    deadline = time.monotonic() + 20
+    while not d.inspect().stages["run_code.run"].running:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    spinning.cancel()
+    after = reward_client.open_batch("t", "run_code", 1)
+    after.submit("hello", {"language": "python", "code": "print('hello')"})
+    [result] = after.gather(timeout=20)  # the spinning program's own limit is 60 s
+    assert result.ok and result.stages[0].worker == w.name
+    assert "ended 1 sandboxed run(s)" in w.log_tail()

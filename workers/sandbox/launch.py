@@ -69,21 +69,23 @@ class Launch:
         self.workdir, self.root_args = workdir, list(root_args)
         self.status = bytearray()  # bubblewrap's documents read so far
         self.child: int | None = None  # bubblewrap's namespace child: the init of the run's PID namespace
+        self.proc: subprocess.Popen | None = None  # the launcher, once started
 
     def start(self, **popen: Any) -> tuple[subprocess.Popen, int | None]:
         """The running program, and the descriptor bubblewrap writes its status to (None uncontained; the
         caller reads it to its end and closes it). `popen`: stdio, env, pass_fds."""
         if not self.contained:
-            return subprocess.Popen(self.argv, cwd=self.workdir, start_new_session=True, close_fds=True,
-                                    preexec_fn=self._limit_self, **popen), None
+            self.proc = subprocess.Popen(self.argv, cwd=self.workdir, start_new_session=True, close_fds=True,
+                                         preexec_fn=self._limit_self, **popen)
+            return self.proc, None
         status_read, status_write = os.pipe()
         block_read, block_write = os.pipe()
         argv = [*self._dropping(), _tool_or_fail("bwrap"), "--json-status-fd", str(status_write),
                 "--block-fd", str(block_read), *_NAMESPACES, *self.root_args, "--", *self.argv]
         passed = tuple(popen.pop("pass_fds", ()))
         try:
-            proc = subprocess.Popen(argv, cwd="/", start_new_session=True, close_fds=True,
-                                    pass_fds=(status_write, block_read, *passed), **popen)
+            proc = self.proc = subprocess.Popen(argv, cwd="/", start_new_session=True, close_fds=True,
+                                                pass_fds=(status_write, block_read, *passed), **popen)
         except BaseException:
             for fd in (status_read, status_write, block_read, block_write):
                 os.close(fd)

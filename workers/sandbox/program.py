@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, Sequence
 
-from workers.sandbox import cgroups, isolation, root
+from workers.sandbox import cgroups, isolation, live, root
 from workers.sandbox.isolation import _environment
 from workers.sandbox.launch import PROCESSES, Launch
 from workers.sandbox.limits import Limits, MiB, RunResult, SandboxUnavailable
@@ -57,6 +57,16 @@ class _Prepared:
             return False
         self.group.kill()
         return self.group.oom_killed()
+
+    def end(self) -> None:
+        """Kills the run's programs from another thread, without waiting for them (`live.Scope.end`): its cgroup's
+        processes; uncontained, the launcher's process group while the launcher is not reaped."""
+        if self.group is not None:
+            self.group.kill()
+            return
+        proc = self.launch.proc
+        if proc is not None and proc.returncode is None:
+            _signal(lambda: os.killpg(proc.pid, signal.SIGKILL))
 
 
 class Spawned:
@@ -117,13 +127,18 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
     started) and cleaned up when the block ends. The caller bounds its time: nothing here waits."""
     with _prepared(argv, files, limits) as prepared:
         stderr = tempfile.TemporaryFile()  # the launcher's own complaints, and whatever the program writes there
-        proc, status = prepared.launch.start(env=_environment(env), stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=tuple(pass_fds))
-        spawned = Spawned(proc, stderr, prepared, status)
+        spawned = None
         try:
-            yield spawned
+            with live.tracked(prepared.end):
+                proc, status = prepared.launch.start(env=_environment(env), stdin=subprocess.DEVNULL,
+                                                     stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=tuple(pass_fds))
+                spawned = Spawned(proc, stderr, prepared, status)
+                yield spawned
         finally:
-            spawned._end()
+            if spawned is not None:
+                spawned._end()
+            else:
+                stderr.close()
 
 
 @contextlib.contextmanager
@@ -156,6 +171,11 @@ def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Lim
 
 
 def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
+    with live.tracked(prepared.end):
+        return _supervised(prepared, env, stdin, limits)
+
+
+def _supervised(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
     launch = prepared.launch
     started = time.monotonic()
     deadline = started + limits.wall_s

@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Any, Callable, Sequence
 
-from workers.sandbox import isolation
+from workers.sandbox import isolation, live
 from workers.sandbox.isolation import _environment, _libc
 from workers.sandbox.limits import CallResult, Limits
 from workers.sandbox.uids import lease_uid
@@ -50,16 +50,25 @@ def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_
     lease = lease_uid(m)
     started = time.monotonic()
     read_fd, write_fd = os.pipe()
+    forked: list[int] = []  # the child, once forked: what a scope's end kills (live.tracked)
     try:
         empty = _empty_root() if m == "root" else None
-        pid = os.fork()
-        if pid == 0:  # the child: contain first, then compute; never returns
-            _child(fn, arg, limits, m, lease.uid, empty, read_fd, write_fd, keep_fds)
-        os.close(write_fd)
-        write_fd = -1
-        data, timed_out, overflowed = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
-        if timed_out or overflowed:
-            _kill_pid_group(pid)
+        try:
+            with live.tracked(lambda: [_kill_child(child) for child in forked]):
+                pid = os.fork()
+                if pid == 0:  # the child: contain first, then compute; never returns
+                    _child(fn, arg, limits, m, lease.uid, empty, read_fd, write_fd, keep_fds)
+                forked.append(pid)
+                os.close(write_fd)
+                write_fd = -1
+                data, timed_out, overflowed = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
+                if timed_out or overflowed:
+                    _kill_pid_group(pid)
+        except BaseException:
+            for child in forked:  # reaped here, never left running (a run ended by its scope is killed already)
+                _kill_child(child)
+                os.waitpid(child, 0)
+            raise
         _, status = os.waitpid(pid, 0)
         wall = time.monotonic() - started
         if timed_out:
@@ -106,6 +115,16 @@ def _kill_pid_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _kill_child(pid: int) -> None:
+    """The child and its session, from any thread: not reaped yet, its pid is still its own (before its setsid,
+    it has no group of its own: the kill alone)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _kill_pid_group(pid)
 
 
 def _empty_root() -> str:
