@@ -4,6 +4,8 @@ one, changes refused whole when anything in them is wrong, and fair shares publi
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import fields
 
 import pytest
@@ -129,6 +131,32 @@ def test_revoke_cancel_cancels_its_open_batches_and_no_one_elses(env, db, settin
         assert f"cancelled its 1 open batches: t{ids['acme']}:b" in result.output
         assert batches["acme"].progress().state == "cancelled" and batches["other"].progress().state == "open"
         assert [r.status.value for r in batches["acme"].as_completed(timeout=5)] == ["cancelled"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root")
+@pytest.mark.timeout(90)
+def test_revoke_cancel_kills_its_running_programs_and_frees_their_worker_for_the_others(env, db, settings,
+                                                                                       monkeypatch, start_workers):
+    from farm.app import tenant_batches
+    from farm.client.sync import RewardClient
+    from farm.protocol.dispatch import Dispatch
+    monkeypatch.setattr(tenant_batches, "SETTLE_S", 0.0)
+    ids = {name: json.loads(farm(env, "create", name, "--json").output)["id"] for name in ("acme", "other")}
+    start_workers("run_code.run")  # one worker: the other tenant's request waits for it
+    with RewardClient(settings, keep_alive=False) as client:
+        spinning = client.open_batch(f"t{ids['acme']}.t", "run_code", 1, f"t{ids['acme']}:b")
+        spinning.submit("spin", {"language": "python", "code": "while True: pass", "run_timeout": 60})
+        deadline = time.monotonic() + 20
+        while not Dispatch(settings).inspect().stages["run_code.run"].running:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        result = farm({**env, "FARM_NAMESPACE": settings.namespace}, "revoke", "acme", "--cancel",
+                      "--redis-url", settings.redis_url)
+        assert result.exit_code == 0, result.output
+        other = client.open_batch(f"t{ids['other']}.t", "run_code", 1, f"t{ids['other']}:b")
+        other.submit("hello", {"language": "python", "code": "print('hello')"})
+        [answer] = other.gather(timeout=20)  # the revoked tenant's spin would hold the worker for 60 s
+        assert answer.ok
 
 
 def test_revoke_cancel_without_the_farms_redis_is_refused_before_anything_changes(env, db):
