@@ -24,7 +24,8 @@ images run workers as root), else the sandbox fails closed (`SandboxUnavailable`
 One concept a module: `limits` (what a run may use, what it gives back), `isolation` (the mode and the launch),
 `root` (the allow-list filesystem), `cgroups` (per-run resource control, v1 and v2), `uids` (the uid pool),
 `workdir` (the private working directory), `program` (`run`, `spawn` and their supervision), `verifier`
-(`call` in a forked child), `live` (the runs of the request a worker serves, ended at once when it loses it). docs/sandbox.md says what is contained and how each part is tested.
+(`call` in a forked child), `live` (the runs of the request a worker serves, ended at once when it loses it).
+docs/sandbox.md says what is contained and how each part is tested.
 """
 
 from workers.sandbox.isolation import SANDBOX_PATH, describe, hidden_paths, mode, python_executable
@@ -34,5 +35,5 @@ from workers.sandbox.program import Spawned, run, spawn
 from workers.sandbox.verifier import call
 from workers.sandbox.workdir import sandbox_root
 
-__all__ = ["SANDBOX_PATH", "CallResult", "GiB", "Limits", "MiB", "RunResult", "RunsEnded", "SandboxUnavailable", "Spawned", "call",
-           "describe", "hidden_paths", "mode", "python_executable", "run", "sandbox_root", "spawn"]
+__all__ = ["SANDBOX_PATH", "CallResult", "GiB", "Limits", "MiB", "RunResult", "RunsEnded", "SandboxUnavailable",
+           "Spawned", "call", "describe", "hidden_paths", "mode", "python_executable", "run", "sandbox_root", "spawn"]
