@@ -63,7 +63,7 @@ def call(fn: Callable[[Any], Any], arg: Any, *, limits: Limits = Limits(), keep_
                 write_fd = -1
                 data, timed_out, overflowed = _read_until(read_fd, started + limits.wall_s, limits.output_bytes)
                 if timed_out or overflowed:
-                    _kill_pid_group(pid)
+                    _kill_child(pid)
         except BaseException:
             for child in forked:  # reaped here, never left running (a run ended by its scope is killed already)
                 _kill_child(child)
@@ -110,21 +110,14 @@ def _read_until(fd: int, deadline: float, cap: int) -> tuple[bytes, bool, bool]:
                     return b"", False, True
 
 
-def _kill_pid_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def _kill_child(pid: int) -> None:
     """The child and its session, from any thread: not reaped yet, its pid is still its own (before its setsid,
     it has no group of its own: the kill alone)."""
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _kill_pid_group(pid)
+    for kill in (os.kill, os.killpg):
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _empty_root() -> str:
