@@ -28,7 +28,7 @@ from farm.pipeline import InvalidInput, StageContext, StageOutcome, UnknownPipel
 from farm.protocol import roster
 from farm.protocol.calls import advance_call, finish_call
 from farm.protocol.dispatch import Dispatch
-from farm.protocol.keys import Keys
+from farm.protocol.keys import Keys, QueuePart
 from farm.protocol.scripts import Call
 from farm.protocol.state import RequestState
 from farm.results import Result, StageRecord, Status
@@ -55,6 +55,9 @@ def timeout_for(queue: str, knobs: Knobs) -> float:
         return registry.stage_timeout(queue, knobs)
     except UnknownPipeline:
         return knobs.stage(queue).timeout_s or FALLBACK_TIMEOUT_S
+
+
+NOTICE_WAIT_MIN_S = 0.01  # shorter waits sleep: BLPOP takes 0 as "for ever"
 
 
 def beat_intervals(lease_s: float) -> tuple[float, float]:
@@ -126,6 +129,9 @@ class StageWorker:
         self._stopped = threading.Event()
         self._nudge = threading.Event()  # set by a hold taken and by stop(): the heartbeat thread re-times its wait
         self._thread: threading.Thread | None = None
+        # while holding a request, the heartbeat waits on these instead of sleeping: the stage's notice that a
+        # reserving tenant's batch began to wait (preempt.lua decides), and this worker's own, left when it was stopped
+        self._notices = [self.keys.queue(queue, QueuePart.notice + name), self.keys.queue(queue, QueuePart.notice)]
 
     # ---- one token ----
 
@@ -232,21 +238,48 @@ class StageWorker:
         self._stopped.set()
         self._nudge.set()
 
+    def _await_notice(self, wait_s: float) -> bool:
+        """Wait up to `wait_s` for a notice; True when this worker's request was stopped (preempt.lua took its
+        lease): the beat then runs at once, finds the lease lost and kills the request's programs. The stage's
+        notice is decided here, by whichever busy worker popped it. A failure (Redis restarting) is logged and the
+        wait is slept instead, so the heartbeat neither dies nor spins."""
+        started = time.monotonic()
+        try:
+            popped = self.dispatch.redis.blpop(self._notices, timeout=wait_s)
+            if popped is None:
+                return False
+            if popped[0] == self._notices[0]:
+                return True
+            return self.name in self.dispatch.preempt(self.queue, self.stage.resource, self.kind_queues)
+        except Exception:
+            log.exception("farm heartbeat of %s: waiting on its notices failed", self.name)
+            self._nudge.wait(max(0.0, wait_s - (time.monotonic() - started)))
+            return False
+
     def _beat(self) -> None:
         busy, idle = beat_intervals(self.settings.lease_s)
         sweep_every = max(self.settings.lease_s / 2, busy)
         last_sweep = 0.0
         last_beat = time.monotonic()
         while True:
+            wait_s = max(0.0, next_beat(last_beat, self.hold, busy, idle) - time.monotonic())
+            stopped = False
+            if self.hold is not None and wait_s >= NOTICE_WAIT_MIN_S:
+                # holding a request, the wait is a blocking pop of the notices (see _await_notice); a hold taken
+                # meanwhile is seen when it ends, within the busy period
+                stopped = self._await_notice(wait_s)
+                self._nudge.clear()
+                if self._stopped.is_set():
+                    return
             # idle, a beat every third of a lease keeps the worker on the roster; a hold taken meanwhile
             # nudges the wait down to the busy cadence, so its lease and cancellation are watched as before
-            if self._nudge.wait(max(0.0, next_beat(last_beat, self.hold, busy, idle) - time.monotonic())):
+            elif self._nudge.wait(wait_s):
                 self._nudge.clear()
                 if self._stopped.is_set():
                     return
                 continue
             hold = self.hold
-            if time.monotonic() < next_beat(last_beat, hold, busy, idle):
+            if not stopped and time.monotonic() < next_beat(last_beat, hold, busy, idle):
                 continue  # the hold it waited on ended: the wait goes on at the idle cadence
             last_beat = time.monotonic()
             try:

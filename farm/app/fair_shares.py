@@ -34,14 +34,40 @@ HOLD_EVERY_S = 0.25  # `held` puts its entries back this often (the gap after a 
 def publish(redis: Any, namespace: str, tenants: Iterable[Tenant]) -> dict[str, str]:
     """Replace the hash with every active tenant's share, atomically (MULTI: DEL, then one HSET); what was
     written, label -> encoded share."""
-    entries = {tenant_label(t.id): t.fair_share.encode() for t in tenants if t.active}
-    key = Keys(namespace).shares
+    active = [t for t in tenants if t.active]
+    entries = {tenant_label(t.id): t.fair_share.encode() for t in active}
+    keys = Keys(namespace)
     pipe = redis.pipeline(transaction=True)
-    pipe.delete(key)
+    pipe.delete(keys.shares)
     if entries:
-        pipe.hset(key, mapping=entries)
+        pipe.hset(keys.shares, mapping=entries)
+    _flag(pipe, keys, any(t.fair_share.reserve for t in active))
     pipe.execute()
     return entries
+
+
+def _flag(pipe: Any, keys: Keys, reserving: bool) -> None:
+    """`Keys.reserving`, which tells the submit scripts to leave notices for preemption (preempt.lua), as the
+    shares say: set while one of them is reserved."""
+    if reserving:
+        pipe.set(keys.reserving, "1")
+    else:
+        pipe.delete(keys.reserving)
+
+
+def sync_reserving(redis: Any, namespace: str) -> None:
+    """Set `Keys.reserving` from the hash as it is (after a change of some entries only); an entry that does not
+    decode counts as the default, as the pick reads it."""
+    keys = Keys(namespace)
+    reserving = False
+    for raw in redis.hvals(keys.shares):
+        try:
+            reserving = reserving or FairShare.decode(raw).reserve
+        except (ShareError, ValueError, TypeError, AttributeError):
+            pass
+    pipe = redis.pipeline(transaction=False)
+    _flag(pipe, keys, reserving)
+    pipe.execute()
 
 
 def put(redis: Any, namespace: str, shares: Mapping[str, FairShare]) -> dict[str, str]:
@@ -49,6 +75,7 @@ def put(redis: Any, namespace: str, shares: Mapping[str, FairShare]) -> dict[str
     entries = {label: share.encode() for label, share in shares.items()}
     if entries:
         redis.hset(Keys(namespace).shares, mapping=entries)
+        sync_reserving(redis, namespace)
     return entries
 
 
@@ -86,6 +113,7 @@ def held(redis: Any, namespace: str, shares: Mapping[str, FairShare],
             for label, raw in before.items():
                 pipe.hdel(key, label) if raw is None else pipe.hset(key, label, raw)
             pipe.execute()
+            sync_reserving(redis, namespace)
 
 
 def publish_from_store(engine: Engine, redis: Any, namespace: str) -> dict[str, str]:

@@ -3,8 +3,9 @@ client, not the gateway) logs in as a user of its own, whose password is its API
 token's SHA-256, as the store does) and whose keys are its own batches.
 
 What such a user may do: run the client's scripts and reads on its own batches (`<ns>:b:t<id>:*`) and their
-pending requests in the stage queues; add to the shared indexes, counters, history stream and the stage
-queues' orders of batches the scripts write to, without reading them; read the knobs. Every pattern is a key
+pending requests in the stage queues; add to the shared indexes, counters, history stream, the stage
+queues' orders of batches and their notices the scripts write to, without reading them; read the knobs and
+whether some share is reserved. Every pattern is a key
 of farm.protocol.keys. What it may not: read, cancel or submit into another tenant's batch or its pending
 requests (their keys are not the user's), read the history stream or the queues, touch another namespace, or run
 administrative or destructive commands. The shared indexes stay writable, so a hostile direct client could
@@ -41,6 +42,8 @@ def rules(namespace: str, tenant_id: int, token_sha256: str) -> list[str]:
         # another tenant's pending requests are not this user's)
         f"%W~{k.queue('*', QueuePart.ebf)}", f"%W~{k.queue('*', QueuePart.fcfs)}", f"%W~{k.events}",
         f"%W~{k.batches}", f"%W~{k.seen}", f"%W~{k.queues}", f"%W~{k.broker('*')}",
+        # a stage's notice to its busy workers (preempt.lua), left while some tenant reserves its share
+        f"%W~{k.queue('*', QueuePart.notice)}", f"%R~{k.reserving}",
         # counters and the task -> pipeline index (a task keeps one pipeline): read to be updated; the wake-up
         # tokens fair-share picks held, which a batch that ends hands back (common.lua's release_held)
         f"~{k.seq}", f"~{k.tokens}", f"~{k.limits}", f"~{k.tasks}", f"~{k.held}",

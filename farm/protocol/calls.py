@@ -37,6 +37,7 @@ from farm.protocol.scripts import (
     LAPSE,
     OPEN,
     PICK,
+    PREEMPT,
     SEAL,
     SET_ESTIMATE,
     SUBMIT,
@@ -285,6 +286,12 @@ def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: st
     return PICK.call(queue=queue, mode=scheduler, worker=worker, lease_s=str(lease_s), token=token,
                      reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS), kind=kind,
                      kind_queues=",".join(kind_queues or (queue,)))
+
+
+def preempt_call(queue: str, lease_s: float, kind: str, kind_queues: tuple[str, ...] = ()) -> Call:
+    """Stop the running requests a reserving tenant waiting at `queue` takes back (farm.protocol.shares.preempted);
+    `kind` and `kind_queues` as for `pick_call`."""
+    return PREEMPT.call(queue=queue, kind=kind, kind_queues=",".join(kind_queues or (queue,)), lease_s=str(lease_s))
 
 
 def lapse_call(worker: str, queue: str) -> Call:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from farm.protocol.keys import Keys, text
 
 LEASE_RECOVERED = "lease_recovered|"  # + stage queue: leases given back after their worker stopped heartbeating
+PREEMPTED = "preempted|"  # + stage queue: running requests stopped and put back for a reserving tenant (preempt.lua)
 DECISION_BUCKET = "decision_bucket|"  # + upper bound: decisions whose runtime fell in (previous bound, bound]
 DECISION_SUM = "decision_sum_s"
 HISTORY_OVERFLOWS = "history_overflows"  # episodes of the stream's cap dropping entries not yet recorded
@@ -32,6 +33,7 @@ class Counters:
     """What the hash holds, read at once."""
 
     lease_recovered: Mapping[str, int] = field(default_factory=dict)  # stage queue -> count
+    preempted: Mapping[str, int] = field(default_factory=dict)  # stage queue -> count
     decision_buckets: tuple[tuple[str, int], ...] = ()  # (upper bound, cumulative count), Prometheus' order
     decision_sum_s: float = 0.0
     history_overflows: int = 0
@@ -72,12 +74,13 @@ def record_overflow(redis: Any, namespace: str, *, at: float, lost_before: str |
 def read(redis: Any, namespace: str) -> Counters:
     raw = {text(k): text(v) for k, v in (redis.hgetall(Keys(namespace).counters) or {}).items()}
     recovered = {k[len(LEASE_RECOVERED):]: int(v) for k, v in raw.items() if k.startswith(LEASE_RECOVERED)}
+    preempted = {k[len(PREEMPTED):]: int(v) for k, v in raw.items() if k.startswith(PREEMPTED)}
     per_bound = {k[len(DECISION_BUCKET):]: int(v) for k, v in raw.items() if k.startswith(DECISION_BUCKET)}
     buckets, total = [], 0
     for bound in DECISION_BOUNDS:
         total += per_bound.get(_bound(bound), 0)
         buckets.append((_bound(bound), total))
-    return Counters(lease_recovered=recovered, decision_buckets=tuple(buckets),
+    return Counters(lease_recovered=recovered, preempted=preempted, decision_buckets=tuple(buckets),
                     decision_sum_s=float(raw.get(DECISION_SUM, 0.0)),
                     history_overflows=int(raw.get(HISTORY_OVERFLOWS, 0)),
                     history_lost_at=float(raw[HISTORY_LOST_AT]) if raw.get(HISTORY_LOST_AT) else None,

@@ -10,7 +10,7 @@ import redis as redis_lib
 
 from farm.config import Settings, redis_url
 from farm.knobs import Knobs
-from farm.protocol.calls import abandon_call, cancel_call, heartbeat_call, pick_call, set_estimate_call
+from farm.protocol.calls import abandon_call, cancel_call, heartbeat_call, pick_call, preempt_call, set_estimate_call
 from farm.protocol.ids import check_farm_batch
 from farm.protocol.exchange import Exchanges
 from farm.protocol.flow import Flow, Steps, run
@@ -80,6 +80,11 @@ class Dispatch:
         if queue and now is None:
             now = time.time()
         return self.run(heartbeat_call(token, self.settings.lease_s, batch_id, queue, worker, now))
+
+    def preempt(self, queue: str, kind: str, kind_queues: tuple[str, ...] = ()) -> list[str]:
+        """Stop the running requests a reserving tenant waiting at `queue` takes back (preempt.lua); the workers
+        stopped, each left a notice (`Keys.queue(queue, QueuePart.notice + worker)`)."""
+        return list(self.run(preempt_call(queue, self.settings.lease_s, kind, kind_queues)))
 
     def abandon(self, worker: str, queue: str, status: Status, message: str, now: float | None = None) -> str:
         return self.run(abandon_call(worker, queue, status, message, time.time() if now is None else now))

@@ -83,6 +83,10 @@ class QueuePart:
     seen = "seen"  # hash: worker -> its last heartbeat: the stage's registry of workers
     leaving = "leaving"  # hash: worker -> when its warm shutdown began: it takes no more requests (fair shares)
     pending = "l:"  # list, then a batch's id: that batch's pending requests here (`pending_entry` in common.lua)
+    # list, alone: a batch began to wait here while a share is reserved, for a busy worker to pop (preempt.lua);
+    # then a worker's name: that worker was stopped (preempt.lua) and beats at once. The part ends in ':', so the
+    # glob a tenant's user may push to (`...:n:`) matches no pending list: a batch id holds no ':' past its prefix
+    notice = "n:"
 
 
 def _members(cls: type) -> dict[str, str]:
@@ -121,6 +125,9 @@ class Keys:
     planner = Named(":planner")  # string: the planner's heartbeat, with a time to live (farm.protocol.heartbeat)
     ray_lives = Named(":ray:lives")  # hash: the Ray backend's actors: name -> stage, spawned, placed
     shares = Named(":shares")  # hash: tenant label -> its fair share (farm.protocol.shares.FairShare.encode)
+    # string: '1' while some tenant's share is reserved (FairShare.reserve; farm.app.fair_shares keeps it): a
+    # batch that begins to wait at a stage then leaves a notice there (QueuePart.notice)
+    reserving = Named(":reserving")
     held = Named(":held")  # hash: stage queue -> wake-up tokens its picks swallowed, only capped tenants waiting
 
     def __init__(self, namespace: str) -> None:

@@ -8,9 +8,9 @@ one tenant waiting, or workers to spare, nothing changes. A tenant at its cap of
 worker of that kind until one of its requests there ends.
 
 `pick.lua` applies the rule in Redis, `eligible` here in the replay (`planner.eval.state`); a contract test
-runs both over generated cases. The operator's settings (kept with the tenant, `farm.store.tenants`) are
-published to the hash `Keys.shares` (tenant label -> `FairShare.encode()`), which the pick reads.
-Pure: no I/O.
+runs both over generated cases. A reserved share also preempts: `preempted` here, `preempt.lua` in Redis. The
+operator's settings (kept with the tenant, `farm.store.tenants`) are published to the hash `Keys.shares` (tenant
+label -> `FairShare.encode()`), which the pick reads. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class FairShare:
     share: float = 1.0  # the tenant's weight against the others with work waiting at a stage
     max_workers: Mapping[str, int] = field(default_factory=dict)  # resource kind -> most workers at once
     # the share is held for the tenant while it has an open batch, even when nothing of it waits: workers idle
-    # rather than serve others beyond their shares (a guarantee, paid in idle workers; off by default)
+    # rather than serve others beyond their shares, and running requests of tenants over their shares are stopped
+    # for it (`preempted`; a guarantee, paid in idle workers and stopped work; off by default)
     reserve: bool = False
 
     def __post_init__(self) -> None:
@@ -160,6 +161,51 @@ def eligible(waiting: Iterable[str], shares: Mapping[str, FairShare], use: Mappi
         return []
     least = min(use.get(t, 0) / shares.get(t, DEFAULT).share for t in open_)
     return [t for t in open_ if use.get(t, 0) / shares.get(t, DEFAULT).share == least]
+
+
+def preempted(waiting: Mapping[str, int], shares: Mapping[str, FairShare], use: Mapping[str, int],
+              kind_use: Mapping[str, int], workers: int, kind: str, reserving: Iterable[str] = ()) -> list[str]:
+    """The tenants whose running requests at the stage are stopped now and put back, one entry per request, so
+    that a reserving tenant (`FairShare.reserve`) with work waiting is served at once rather than after the
+    running requests end: its reservation holds even when the others took every worker before it came.
+
+    `waiting`: tenant -> its requests waiting at the stage, most urgent tenant first; `use`, `kind_use`,
+    `workers` and `reserving` as for `eligible` (`workers` counts the free ones, which serve first: a request
+    a free worker will take stops nothing). Shares divide the workers between the tenants waiting, running or
+    reserving here. A reserving tenant under its entitlement, and under its cap, takes a worker from the tenant
+    most over its share (the first of them in label order), and only from one that stays at or above its own
+    entitlement, so no stop is ever answered by a stop back.
+    """
+    use, kind_use = dict(use), dict(kind_use)
+    want = {t: n for t, n in waiting.items() if n > 0}
+    present = list(dict.fromkeys([*want, *(t for t, n in use.items() if n > 0), *reserving]))
+    total = sum(shares.get(t, DEFAULT).share for t in present)
+    free = workers - sum(use.values())
+    out: list[str] = []
+
+    def entitled_(t: str) -> float:
+        return entitled(workers, shares.get(t, DEFAULT).share, total)
+
+    while True:
+        under = [t for t in want if want[t] > 0 and shares.get(t, DEFAULT).reserve
+                 and _uncapped(t, shares, kind_use, kind) and use.get(t, 0) < entitled_(t)]
+        if not under:
+            return out
+        # the one furthest below its share first; equal ones in `waiting`'s (urgency) order
+        u = min(under, key=lambda t: use.get(t, 0) / shares.get(t, DEFAULT).share)
+        if free > 0:
+            free -= 1
+        else:
+            over = sorted(t for t in use if t != u and use[t] >= 1 and use[t] - 1 >= entitled_(t))
+            if not over:
+                return out
+            v = max(over, key=lambda t: use[t] / shares.get(t, DEFAULT).share)  # max keeps the first of equals
+            use[v] -= 1
+            kind_use[v] = kind_use.get(v, 0) - 1
+            out.append(v)
+        use[u] = use.get(u, 0) + 1
+        kind_use[u] = kind_use.get(u, 0) + 1
+        want[u] -= 1
 
 
 def caps_bound(active: Iterable[str], shares: Mapping[str, FairShare]) -> dict[str, int]:

@@ -124,6 +124,24 @@ def start_workers(settings, tmp_path):
 
 
 @pytest.fixture
+def script_dispatch(redis_url):
+    """The farm's scripts on a namespace of their own with hour-long leases (no worker runs: a test plays them);
+    every key of it is deleted afterwards."""
+    import uuid
+
+    from farm.protocol.dispatch import Dispatch
+
+    ns = f"sd{uuid.uuid4().hex[:10]}"
+    d = Dispatch(Settings(redis_url=redis_url, namespace=ns, lease_s=3600.0))
+    yield d
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=f"{ns}*", count=1000):
+        client.delete(key)
+    client.close()
+    d.close()
+
+
+@pytest.fixture
 def reward_client(settings):
     from farm.client.sync import RewardClient
 

@@ -13,7 +13,6 @@ import time
 import uuid
 
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
 from farm import registry
@@ -36,15 +35,8 @@ def _tenant(label: str) -> str:
 
 
 @pytest.fixture
-def farm(redis_url):
-    ns = f"fp{uuid.uuid4().hex[:10]}"
-    d = Dispatch(Settings(redis_url=redis_url, namespace=ns, lease_s=3600.0))
-    yield d
-    client = redis.Redis.from_url(redis_url)
-    for key in client.scan_iter(match=f"{ns}*", count=1000):
-        client.delete(key)
-    client.close()
-    d.close()
+def farm(script_dispatch):
+    return script_dispatch
 
 
 def lay_out(d: Dispatch, batches, busy, other_busy, roster: int, shares, idle_open=(), size: int = 1) -> None:

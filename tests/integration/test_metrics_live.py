@@ -61,6 +61,20 @@ def test_a_lease_given_back_after_its_worker_went_quiet_is_counted(settings, rew
     assert scrape("farm_lease_recoveries_total", {"pipeline": "synthetic", "stage": "compile"}) == 1
 
 
+def test_a_request_stopped_for_a_reserving_tenant_is_counted(settings, reward_client, scrape):
+    from farm.app import fair_shares
+    from farm.protocol.shares import FairShare
+    d = Dispatch(settings)
+    fair_shares.put(d.redis, settings.namespace, {"t1": FairShare(reserve=True)})
+    flood = reward_client.open_batch("t2.t", "synthetic", 2, "t2:flood")
+    flood.submit_many([("r0", {"times": [9, 0]}), ("r1", {"times": [9, 0]})])
+    d.pick(COMPILE, "w0", "ebf", "tok0", "cpu", (COMPILE,))
+    d.pick(COMPILE, "w1", "ebf", "tok1", "cpu", (COMPILE,))
+    reward_client.open_batch("t1.t", "synthetic", 1, "t1:b").submit("r0", {"times": [1, 0]})
+    assert d.preempt(COMPILE, "cpu", (COMPILE,)) == ["w1"]
+    assert scrape("farm_preemptions_total", {"pipeline": "synthetic", "stage": "compile"}) == 1
+
+
 def test_the_planners_decisions_make_a_histogram_of_their_runtime(settings, scrape):
     client = redis_lib.Redis.from_url(settings.redis_url)
     counters.observe_decisions(client, settings.namespace, [0.0004, 0.003, 0.003, 7.0])

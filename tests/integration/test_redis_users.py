@@ -208,3 +208,22 @@ def test_farm_tenants_makes_rotates_and_deletes_the_redis_user(cli_env, redis_ur
     assert "Redis user is deleted" in revoked.output
     with pytest.raises(redis.exceptions.AuthenticationError):
         redis.Redis.from_url(rotated["direct_client"]["FARM_REDIS_URL"]).ping()
+
+
+def test_while_a_share_is_reserved_a_tenants_submit_leaves_the_stages_notice_and_may_read_nothing_more(
+        tenants, redis_url, namespace, admin):
+    from farm.app import fair_shares
+    from farm.protocol.keys import Keys, QueuePart
+    from farm.protocol.shares import FairShare
+    keys = Keys(namespace)
+    fair_shares.put(admin, namespace, {"t8": FairShare(reserve=True)})
+    with RewardClient(direct(redis_url, namespace, 7, tenants[7])) as client:
+        client.open_batch("math", "synthetic", 1).submit("r0", QUICK)
+    assert admin.lrange(keys.queue("synthetic.compile", QueuePart.notice), 0, -1) == [b"1"]
+    own = tenant_redis(redis_url, namespace, 7, tenants[7])
+    for read in (lambda: own.lrange(keys.queue("synthetic.compile", QueuePart.notice), 0, -1),
+                 lambda: own.hgetall(keys.shares)):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            read()
+    assert own.get(keys.reserving) == "1"  # all it learns: some tenant reserves
+    own.close()

@@ -87,7 +87,9 @@ def share_options(fn):
                            "Default: no cap.")(fn)
     fn = click.option("--reserve/--no-reserve", "reserve", default=None,
                       help="Hold its share of a stage's workers for it while it has an open batch, even when nothing "
-                           "of it waits there (a guarantee paid in idle workers). Default: not reserved.")(fn)
+                           "of it waits there, and take it back at once from tenants over their shares by stopping "
+                           "their latest running requests (a guarantee paid in idle workers and stopped work). "
+                           "Default: not reserved.")(fn)
     return click.option("--share", type=float, default=None, metavar="W",
                         help="Its weight when a stage's workers are divided between the tenants with work waiting "
                              "there (default 1: equal shares; 2 gets twice a tenant of 1).")(fn)

@@ -211,6 +211,12 @@ class LiveCollector(Collector):
         for q, n in sorted(c.lease_recovered.items()):
             recovered.add_metric(list(split_queue(q)), n)
         yield recovered
+        preempted = CounterMetricFamily("farm_preemptions", "Running requests stopped and given back to their queue "
+                                        "so that a tenant whose share is reserved is served at once.",
+                                        labels=["pipeline", "stage"])
+        for q, n in sorted(c.preempted.items()):
+            preempted.add_metric(list(split_queue(q)), n)
+        yield preempted
         yield HistogramMetricFamily("farm_planner_decision_seconds", "Runtime of the planner's policy per pipeline "
                                     "and decision.", buckets=list(c.decision_buckets), sum_value=c.decision_sum_s)
         overflows = CounterMetricFamily("farm_history_overflows", "Times the history stream's cap dropped entries "

@@ -75,6 +75,17 @@ end
 -- The stage a queue "<pipeline>.<stage>" serves.
 local function stage_of(queue) return string.match(queue, '^[^.]*%.(.*)$') end
 
+-- A batch began to wait at `queue` (its FIFO there was empty): while a share is reserved, a busy worker of the
+-- stage decides at once whether a reserving tenant's request stops another's (preempt.lua); one notice waits at
+-- most. A request joining its batch's waiting ones rides on the notice of the first.
+local function begun_waiting(queue)
+  if redis.call('EXISTS', K.reserving) == 1 then
+    local n = queue_key(queue, QPART.notice)
+    redis.call('LPUSH', n, '1')
+    redis.call('LTRIM', n, 0, 0)
+  end
+end
+
 -- Put a request into its batch's FIFO in a stage queue (at the head when it comes back from a lapsed
 -- lease) and keep both orders of the stage's batches: by EBF key and by the seq of the batch's head.
 local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
@@ -86,6 +97,8 @@ local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
   if head or redis.call('LLEN', l) == 1 then
     local first = redis.call('LINDEX', l, 0)
     redis.call('ZADD', queue_key(queue, QPART.fcfs), entry_seq(first), bid)
+    -- a request put back at the head is one a stop or a lapsed lease gave back: it leaves no notice
+    if not head then begun_waiting(queue) end
   end
 end
 

@@ -104,6 +104,7 @@ for _, queue in ipairs(order) do
   redis.call('ZADD', queue_key(queue, QPART.ebf), f[4], bid)
   if length == #entries then  -- the batch's FIFO was empty: its head now orders the stage's FCFS mode
     redis.call('ZADD', queue_key(queue, QPART.fcfs), seq0 + into[1][1], bid)
+    begun_waiting(queue)
   end
 end
 return replies
