@@ -6,7 +6,8 @@ the evaluation's prediction for the same trace, knobs and start-up time (issue 4
         [--worker-startup-delay-s 1.5]
     python -m tests.support.loopback_ns python bench/fidelity.py --backend ray [--ray-address ADDR] [--json] \
         [--gpus N]
-    python bench/fidelity.py --tenants N [--share TENANT=W ...] [--tenant-max-workers TENANT:KIND=N ...]
+    python bench/fidelity.py --tenants N [--share TENANT=W ...] [--tenant-max-workers TENANT:KIND=N ...] \
+        [--reserve TENANT ...]
 
 `--worker-startup-delay-s` gives every worker an artificial cold start of that many real seconds
 (FARM_WORKER_STARTUP_DELAY_S; 1.5 s at speed 20 is 30 s of trace time, a container's or a GPU worker's):
@@ -77,6 +78,7 @@ if str(ROOT) not in sys.path:
 from farm.app import live_replay as rp  # noqa: E402
 from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo  # noqa: E402
 from farm.app.live_replay.metrics import within  # noqa: E402
+from farm.app.live_replay.plan import reserve_shares  # noqa: E402
 from farm.config import STARTUP_DELAY_ENV  # noqa: E402
 from farm.knobs import Knobs  # noqa: E402
 from farm.protocol.shares import ShareError, parse_shares  # noqa: E402
@@ -110,10 +112,13 @@ def main(argv=None) -> int:
                     help="a tenant's fair share, as `farm eval --share` (published for the run; repeatable)")
     ap.add_argument("--tenant-max-workers", dest="caps", action="append", default=[], metavar="TENANT:KIND=N",
                     help="a tenant's cap of workers of a resource kind, as `farm eval`'s (repeatable)")
+    ap.add_argument("--reserve", action="append", default=[], metavar="TENANT",
+                    help="reserve a tenant's share, as `farm eval --reserve` (published for the run, so the live "
+                         "farm preempts for it too; repeatable)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
-        shares = parse_shares(args.shares, args.caps)
+        shares = reserve_shares(parse_shares(args.shares, args.caps), args.reserve)
     except ShareError as exc:
         ap.error(str(exc))
     if args.ray_address and args.backend != "ray":
@@ -177,6 +182,8 @@ def main(argv=None) -> int:
         "predicted_plain": report["predicted_plain"],
         "fidelity_plain": within(report["measured"], report["predicted_plain"]),
     }
+    if "preempted" in report["measured"]:  # a share reserved: running requests stopped per stage, live and replayed
+        out["preempted"] = {"measured": report["measured"]["preempted"], "predicted": report["predicted"]["preempted"]}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -189,6 +196,10 @@ def main(argv=None) -> int:
         plain = out["fidelity_plain"]
         print("errors of the plain model (median start-up only; no load, exit lag or dispatch latency): " + ", ".join(
             f"{k} {v['relative_error']:.1%}" for k, v in plain.items() if isinstance(v, dict)))
+        if "preempted" in out:
+            print("running requests stopped for a reserved share, measured / predicted: " + ", ".join(
+                f"{name} {n} / {out['preempted']['predicted'].get(name, 0)}"
+                for name, n in out["preempted"]["measured"].items()))
         print(f"within 15%: {report['fidelity']['ok']}; results lost {report['results']['lost']}, "
               f"duplicated {report['results']['duplicated']}; wall {out['wall_s']} s")
     return 0

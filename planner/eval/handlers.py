@@ -13,14 +13,15 @@ from planner.eval.state import ARRIVE, FINISH, LEAVE, OPEN, READY, TICK, Batch, 
 
 def on_finish(farm: FarmState, now: float, event: Any) -> bool:
     """A request's stage ends: its worker is free (or retires) and the request goes on or is done."""
-    p, b, i, k = event
+    p, run_id = event
+    run = p.running.pop(run_id, None)
+    if run is None:
+        return False  # the run was stopped (preemption): the request was put back and runs again later
+    b, i, k = run.batch, run.i, run.k
     p.busy -= 1
     p.held[b.tenant] -= 1
     b.served[i, k] = b.requests[i, 1 + k]
-    if p.count < p.target:  # otherwise the pool is over its target: this worker retires
-        p.idle += 1
-    else:
-        farm.leave(p, 1, now)
+    farm.release(p, now)
     nxt = b.next_stage(i, k)
     if nxt >= 0:
         farm.enqueue(b, i, nxt, now)

@@ -84,4 +84,5 @@ def evaluate(trace: Trace, knobs: Knobs, *, startup_s: float = 0.0, seed: int = 
         farm.dispatch(now)
         farm.record(now)
     return EvalResult.build(trace, knobs, startup, farm.batches, farm.alloc, farm.busy_s, farm.timeline,
-                            farm.decisions, now, capacity=capacity, bound=farm.bound)
+                            farm.decisions, now, capacity=capacity, bound=farm.bound,
+                            preempted=tuple(int(n) for n in farm.preempted) if farm.reserved else None)

@@ -8,6 +8,8 @@
 - planner runtime per decision, with the number of requests it estimated.
 - on a fixed-size cluster (`farm eval --capacity`): the capacity, and the decisions it held below what
   they wanted (reported only then, so a replay without one prints what it always did).
+- with some tenant's share reserved: the running requests stopped per stage for a reserving tenant (preemption;
+  reported only then, as the live farm's `preempted` counters).
 """
 
 from __future__ import annotations
@@ -45,10 +47,12 @@ class EvalResult:
     capacity: Capacity = UNBOUNDED  # the fixed-size cluster replayed on
     bound: int = 0  # decisions that the capacity held below what they wanted
     tenants: tuple[str, ...] = ()  # per batch, its tenant (fair shares; '-' for none)
+    preempted: tuple[int, ...] | None = None  # per stage, requests stopped for a reserving tenant (None: none reserves)
 
     @classmethod
     def build(cls, trace, knobs, startup, batches, alloc, busy_s, timeline, decisions, end,
-              capacity: Capacity = UNBOUNDED, bound: int = 0) -> "EvalResult":
+              capacity: Capacity = UNBOUNDED, bound: int = 0,
+              preempted: tuple[int, ...] | None = None) -> "EvalResult":
         return cls(
             policy=knobs.policy, scheduler=knobs.scheduler, delay_s=knobs.delay_s,
             startup_s=startup.quantile(0.5), startup=startup.describe(),
@@ -59,7 +63,7 @@ class EvalResult:
             requests=sum(b.size for b in batches), allocated_s=np.asarray(alloc, dtype=np.float64),
             busy_s=np.asarray(busy_s, dtype=np.float64), timeline=tuple(timeline),
             decisions=np.array(decisions, dtype=np.float64).reshape(-1, 3), end_s=float(end),
-            capacity=capacity, bound=bound,
+            capacity=capacity, bound=bound, preempted=preempted,
         )
 
     @property
@@ -107,6 +111,8 @@ class EvalResult:
         if not self.capacity.unbounded:
             out["capacity"] = dict(self.capacity.most)
             out["capacity_bound_decisions"] = self.bound
+        if self.preempted is not None:
+            out["preempted"] = dict(zip(self.stage_names, self.preempted))
         if len(set(self.tenants)) > 1:  # reported only then, so a trace of one tenant prints what it always did
             out["tenants"] = self.by_tenant()
         return out

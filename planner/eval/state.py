@@ -8,6 +8,13 @@ request (the first to finish leaves first). A free worker takes the most urgent 
 (EBF: the batch key of the latest decision, then queue time; FCFS: queue time), so queued requests are
 re-ordered when a decision changes a key, as in the live queues.
 
+Preemption (only while some tenant's share is reserved, `FairShare.reserve`), as the live farm's preempt.lua: when
+a batch begins to wait at a stage, the stage is noticed; once a worker of it is busy, the notice is consumed and
+`farm.protocol.shares.preempted` names the tenants whose running requests there are stopped, the one of each that
+started last. A stopped request goes back to the head of its batch's queue with its queue time and order, its
+worker is free at once (and serves the reserving tenant, as `eligible` then decides), and the stage's busy time
+keeps only what it served.
+
 A fixed-size cluster (`capacity`, off by default): a kind's workers, all of its stages' pools together
 and retired ones still leaving included, never exceed its capacity. A worker asked for beyond it is
 pending, as on a real cluster: it costs nothing and serves nothing, and it starts (its start-up from
@@ -32,11 +39,12 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from farm.knobs import Knobs
-from farm.protocol.shares import FairShare, caps_bound, eligible
+from farm.protocol.shares import FairShare, caps_bound, eligible, preempted
 from planner.eval.kernel import EventQueue
 from planner.eval.startup import Startup
 from planner.eval.trace import Trace, TraceBatch
@@ -46,6 +54,17 @@ from planner.policy.snapshot import DONE, QUEUED, RUNNING, ActiveBatch, Decision
 
 # Event kinds, each also its priority at one instant: workers free up and arrive before requests are dispatched
 FINISH, READY, OPEN, ARRIVE, TICK, LEAVE = range(6)
+
+
+class Run(NamedTuple):
+    """A request a busy worker serves: what a stop needs to put it back where it was queued (preemption)."""
+
+    batch: Batch
+    i: int  # the request's index in its batch
+    k: int  # the stage
+    started_at: float  # when the worker took it
+    queued_at: float  # when it joined the stage's queue, kept when it is put back
+    seq: int  # its order among requests queued at the same instant, kept too
 
 
 @dataclass
@@ -59,6 +78,8 @@ class Pool:
     leaving: int = 0  # retired, not gone yet (exit lag): allocated, not in the pool
     queues: dict = field(default_factory=dict)  # batch index -> deque of (queued at, seq, request)
     held: dict = field(default_factory=dict)  # tenant -> its busy workers here (fair shares)
+    running: dict = field(default_factory=dict)  # run id (dispatch order) -> Run: what the busy workers serve
+    noticed: bool = False  # a batch began to wait here while a share is reserved: preemption is due (preempt.lua)
 
     @property
     def count(self) -> int:
@@ -119,6 +140,7 @@ class FarmState:
         self.events = EventQueue()
         self.ids = itertools.count()  # worker ids
         self.seq = itertools.count()  # queue order of requests queued at the same instant
+        self.runs = itertools.count()  # run ids, in dispatch order: a stopped run's FINISH event is then ignored
         self.remaining = len(self.batches)
         # a replay that has not finished a day after the last arrival never will
         self.stall_at = max(b.tb.start_s + float(b.requests[:, 0].max()) for b in self.batches) + 86400.0
@@ -129,6 +151,7 @@ class FarmState:
         # the metrics' sums: allocated and busy worker-seconds per stage, pool sizes, decisions
         self.alloc = np.zeros(self.m)
         self.busy_s = np.zeros(self.m)
+        self.preempted = np.zeros(self.m, dtype=np.int64)  # running requests stopped per stage (preemption)
         self.timeline: list[tuple[float, tuple[int, ...]]] = []
         self.decisions: list[tuple[float, float, int]] = []
         self.bound = 0  # decisions whose pools the capacity held below what they wanted
@@ -185,10 +208,24 @@ class FarmState:
             self.events.push(now + self.retire_s, LEAVE, (p, n))
 
     def enqueue(self, b: Batch, i: int, k: int, t: float) -> None:
-        """Request i of `b` joins stage k's queue at `t`."""
+        """Request i of `b` joins stage k's queue at `t`; the batch beginning to wait there notices the stage
+        while a share is reserved, as the live enqueue leaves a notice for preempt.lua."""
         b.stage[i], b.state[i], b.since[i] = k, QUEUED, t
         p = self.pool(k, b.tb.task)
-        p.queues.setdefault(b.index, deque()).append((t, next(self.seq), i))
+        q = p.queues.get(b.index)
+        if not q:
+            q = p.queues[b.index] = deque()
+            if self.reserved:
+                p.noticed = True
+        q.append((t, next(self.seq), i))
+
+    def release(self, p: Pool, now: float) -> None:
+        """A busy worker of `p` is free: idle, or it retires when the pool is over its target (busy workers
+        beyond it leave as they free up, the first to free up first)."""
+        if p.count < p.target:
+            p.idle += 1
+        else:
+            self.leave(p, 1, now)
 
     def finish_request(self, b: Batch, i: int, t: float) -> bool:
         """Request i of `b` is done at `t`; True when that completes its batch (a decision epoch)."""
@@ -278,30 +315,91 @@ class FarmState:
                     p.idle += 1
 
     def dispatch(self, now: float) -> None:
-        """Every free worker takes the most urgent request queued at its stage."""
-        batches, busy_s, events, dispatch_s = self.batches, self.busy_s, self.events, self.dispatch_s
-        ebf = self.knobs.scheduler == "ebf"
+        """Every free worker takes the most urgent request queued at its stage; then a noticed stage with a busy
+        worker decides preemption (the busy worker pops the notice) and its freed workers serve in turn."""
         for (k, _), p in self.pools.items():
-            while p.idle > 0 and p.queues:
-                fair = self._fair(k, p)
-                if fair is None:
-                    break  # only tenants at their cap wait: the worker stays free
-                if ebf:
-                    bi = min(fair, key=lambda j: (batches[j].key, p.queues[j][0][0], p.queues[j][0][1]))
-                else:
-                    bi = min(fair, key=lambda j: (p.queues[j][0][0], p.queues[j][0][1]))
-                q = p.queues[bi]
-                _, _, i = q.popleft()
-                if not q:
-                    del p.queues[bi]
-                b = batches[bi]
-                b.state[i], b.since[i] = RUNNING, now
-                p.idle -= 1
-                p.busy += 1
-                p.held[b.tenant] = p.held.get(b.tenant, 0) + 1
-                s = float(b.requests[i, 1 + k])
-                busy_s[k] += s
-                events.push(now + dispatch_s + s if dispatch_s > 0 else now + s, FINISH, (p, b, i, k))
+            self._serve(k, p, now)
+            # with no worker busy the notice waits for one; with nothing queued there is nothing to decide
+            if p.noticed and p.busy > 0:
+                p.noticed = False
+                if p.queues and self._preempt(k, p, now):
+                    self._serve(k, p, now)
+
+    def _serve(self, k: int, p: Pool, now: float) -> None:
+        """Every free worker of `p` takes the most urgent request queued there that the fair shares allow."""
+        batches, events, dispatch_s = self.batches, self.events, self.dispatch_s
+        ebf = self.knobs.scheduler == "ebf"
+        while p.idle > 0 and p.queues:
+            fair = self._fair(k, p)
+            if fair is None:
+                break  # only tenants at their cap wait: the worker stays free
+            if ebf:
+                bi = min(fair, key=lambda j: (batches[j].key, p.queues[j][0][0], p.queues[j][0][1]))
+            else:
+                bi = min(fair, key=lambda j: (p.queues[j][0][0], p.queues[j][0][1]))
+            q = p.queues[bi]
+            queued_at, seq, i = q.popleft()
+            if not q:
+                del p.queues[bi]
+            b = batches[bi]
+            b.state[i], b.since[i] = RUNNING, now
+            p.idle -= 1
+            p.busy += 1
+            p.held[b.tenant] = p.held.get(b.tenant, 0) + 1
+            s = float(b.requests[i, 1 + k])
+            self.busy_s[k] += s
+            run = next(self.runs)
+            p.running[run] = Run(b, i, k, now, queued_at, seq)
+            events.push(now + dispatch_s + s if dispatch_s > 0 else now + s, FINISH, (p, run))
+
+    def _preempt(self, k: int, p: Pool, now: float) -> int:
+        """Stop the running requests of `p` that a reserving tenant waiting there takes back (preempt.lua's
+        decision, `farm.protocol.shares.preempted`); how many were stopped."""
+        batches = self.batches
+        # each tenant's requests waiting here, the most urgent first: the order of the live EBF zset's ZRANGE
+        want: dict[str, int] = {}
+        for j in sorted(p.queues, key=lambda j: (batches[j].key, batches[j].id)):
+            want[batches[j].tenant] = want.get(batches[j].tenant, 0) + len(p.queues[j])
+        kind = self.kinds[k]
+        victims = preempted(want, self.shares, p.held, self._kind_use(kind), p.idle + p.busy, kind,
+                            self._reserving(want))
+        for tenant in victims:
+            self._stop(p, tenant, now)
+        return len(victims)
+
+    def _stop(self, p: Pool, tenant: str, now: float) -> None:
+        """Stop the request of `tenant` in `p` that started last (the least work lost; of equals the one taken
+        last) and put it back at the head of its batch's queue, its queue time and order kept."""
+        run_id = max((r for r, run in p.running.items() if run.batch.tenant == tenant),
+                     key=lambda r: (p.running[r].started_at, r))
+        b, i, k, started_at, queued_at, seq = p.running.pop(run_id)
+        p.busy -= 1
+        p.held[tenant] -= 1
+        self.release(p, now)
+        # the busy time counts what the worker served of it, not the rest: that is served when it runs again
+        s = float(b.requests[i, 1 + k])
+        self.busy_s[k] -= s - min(max(now - started_at - self.dispatch_s, 0.0), s)
+        b.state[i], b.since[i] = QUEUED, queued_at
+        p.queues.setdefault(b.index, deque()).appendleft((queued_at, seq, i))
+        self.preempted[k] += 1
+
+    def _kind_use(self, kind: str) -> dict[str, int]:
+        """Each tenant's busy workers at every stage of resource `kind` (a tenant's cap is per kind)."""
+        out: dict[str, int] = {}
+        for (j, _), other in self.pools.items():
+            if self.kinds[j] == kind:
+                for t, n in other.held.items():
+                    out[t] = out.get(t, 0) + n
+        return out
+
+    def _reserving(self, waiting) -> list[str]:
+        """The tenants whose share is reserved with an open batch and nothing waiting in the pool (`waiting`).
+
+        The replay's pipeline is one: every batch visits its stages, as a live batch lists its pipeline's queues."""
+        if not self.reserved:
+            return []
+        return [t for t in dict.fromkeys(b.tenant for b in self.active.values())
+                if t in self.reserved and t not in waiting]
 
     def _fair(self, k: int, p: Pool):
         """The batches queued in `p` a free worker may serve under the tenants' fair shares (all of them when one
@@ -309,18 +407,10 @@ class FarmState:
         batches = self.batches
         waiting = list(dict.fromkeys(batches[j].tenant for j in p.queues))
         kind = self.kinds[k]
-        # a reserving tenant's share is held while it has an open batch (the replay's pipeline is one: every
-        # batch visits its stages, as a live batch lists its pipeline's queues)
-        reserving = [t for t in dict.fromkeys(b.tenant for b in self.active.values())
-                     if t in self.reserved and t not in waiting] if self.reserved else []
+        reserving = self._reserving(waiting)  # a reserving tenant's share is held while it has an open batch
         if len(waiting) == 1 and self.shares.get(waiting[0], FairShare()).cap(kind) is None and not reserving:
             return p.queues
-        kind_use: dict[str, int] = {}
-        for (j, _), other in self.pools.items():
-            if self.kinds[j] == kind:
-                for t, n in other.held.items():
-                    kind_use[t] = kind_use.get(t, 0) + n
-        ok = set(eligible(waiting, self.shares, p.held, kind_use, p.idle + p.busy, kind, reserving))
+        ok = set(eligible(waiting, self.shares, p.held, self._kind_use(kind), p.idle + p.busy, kind, reserving))
         if not ok:
             return None
         return [j for j in p.queues if batches[j].tenant in ok]

@@ -8,6 +8,7 @@ import click
 
 from farm.pipeline import RESOURCES
 from farm.app.cli.knob_options import knob_options, knobs_from_options
+from farm.app.live_replay.plan import reserve_shares
 from planner.eval import trace as tr
 from planner.eval.compare import STARTUP_SWEEP_S, run_compare
 from planner.eval.loop import evaluate
@@ -50,10 +51,11 @@ def _capacity(value: str | None, t: tr.Trace) -> Capacity:
     return capacity
 
 
-def _shares(shares: tuple[str, ...], caps: tuple[str, ...]) -> dict[str, FairShare]:
-    """The fair shares of the trace's tenants from `--share NAME=W` and `--tenant-max-workers NAME:KIND=N`."""
+def _shares(shares: tuple[str, ...], caps: tuple[str, ...], reserve: tuple[str, ...]) -> dict[str, FairShare]:
+    """The fair shares of the trace's tenants from `--share NAME=W`, `--tenant-max-workers NAME:KIND=N` and
+    `--reserve NAME`."""
     try:
-        return parse_shares(shares, caps)
+        return reserve_shares(parse_shares(shares, caps), reserve)
     except ShareError as e:
         raise click.BadParameter(str(e), param_hint="--share/--tenant-max-workers") from None
 
@@ -91,6 +93,8 @@ def _table(summary: dict) -> str:
     for tenant, x in summary.get("tenants", {}).items():
         lines.append(f"tenant {tenant:<9}{x['batches']:>4} batches   extra delay mean {x['extra_delay_mean_s']:.3f} s"
                      f"   max {x['extra_delay_max_s']:.3f} s")
+    if "preempted" in summary:  # running requests stopped for a reserved share, per stage
+        lines.append("preempted     " + "   ".join(f"{name} {n}" for name, n in summary["preempted"].items()))
     lines.append("resources     " + "   ".join(f"{k} {v:.1f} s" for k, v in summary["resources"].items()))
     lines.append(
         f"planner       mean {summary['planner_runtime_mean_s'] * 1000:.1f} ms   "
@@ -113,6 +117,9 @@ def _table(summary: dict) -> str:
               help="a tenant's fair share of the pools (the trace's batches name their `tenant`; default 1 each)")
 @click.option("--tenant-max-workers", "caps", multiple=True, metavar="TENANT:KIND=N",
               help="a tenant's cap of workers of a resource kind (repeatable)")
+@click.option("--reserve", multiple=True, metavar="TENANT",
+              help="reserve a tenant's share: held for it while it has an open batch, and taken back at once from "
+                   "tenants over theirs by stopping their running requests (preemption; repeatable)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the policy's sampling")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object instead of a table")
 @click.option("--compare", is_flag=True, help="run every policy, print a side-by-side table and write figures")
@@ -122,7 +129,8 @@ def _table(summary: dict) -> str:
               help="--compare: fixed start-ups of the start-up sweep (comma list; empty to skip)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
               help="where --compare writes its figures and JSON")
-def eval_(trace, startup, capacity, shares, caps, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir, **knob_values):
+def eval_(trace, startup, capacity, shares, caps, reserve, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir,
+          **knob_values):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
     native.load()  # the compiled sweeps where this machine can build them: the same replay, faster
@@ -130,7 +138,7 @@ def eval_(trace, startup, capacity, shares, caps, seed, as_json, compare, runtim
     startup = _startup(startup)
     sweep = _sweep(startup_sweep)
     capacity = _capacity(capacity, t)
-    fair = _shares(shares, caps)
+    fair = _shares(shares, caps, reserve)
     if compare and not capacity.unbounded:
         raise click.BadParameter("--compare replays without a capacity; give --capacity to one replay",
                                  param_hint="--capacity")

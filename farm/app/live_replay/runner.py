@@ -24,6 +24,7 @@ from farm.app.live_replay.trainer import Trainer
 from farm.client.sync import RewardClient
 from farm.config import redis_url
 from farm.knobs import Knobs
+from farm.protocol import counters
 from farm.store.knob_store import KnobStore
 from planner.eval import loop
 from planner.eval.trace import Trace
@@ -87,8 +88,10 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
     store.save(live)
     clients: list[Any] = []
     sharing = ExitStack()
+    reserved = any(share.reserve for share in options.shares.values())  # the farm may preempt: count its stops
     try:
         sharing.enter_context(fair_shares.held(client_redis, settings.namespace, published))
+        stopped_before = counters.read(client_redis, settings.namespace).preempted if reserved else {}
         t0 = time.time() + 0.2
         trainers = []
         for task in trace.tasks:
@@ -122,6 +125,9 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
         measured = measure(engine, trace, batch_ids, start=t0, pipeline=options.pipeline, speed=options.speed,
                            knobs=live, startup_s=startup,
                            tenants={label: name for name, label in tenant_labels(trace).items()})
+        if reserved:  # as `farm eval` reports them, only then
+            measured["preempted"] = preempted_during(trace, options.pipeline, stopped_before,
+                                                     counters.read(client_redis, settings.namespace).preempted)
     finally:
         sharing.close()
         store.save(before)
@@ -153,6 +159,14 @@ def run(settings: Any, engine: Any, trace: Trace, options: ReplayOptions, *,
         report["predicted"] = predict(trace, in_trace_time, same_run(options, report))
         report["fidelity"] = within(measured, report["predicted"])
     return report
+
+
+def preempted_during(trace: Trace, pipeline: str, before: Mapping[str, int],
+                     after: Mapping[str, int]) -> dict[str, int]:
+    """The running requests the farm stopped for a reserving tenant during the run, per stage (the `preempted`
+    counters are the farm's, since it started: the run's are what they grew by)."""
+    queues = {stage.name: f"{pipeline}.{stage.name}" for stage in trace.stages}
+    return {name: after.get(q, 0) - before.get(q, 0) for name, q in queues.items()}
 
 
 def _merge(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
