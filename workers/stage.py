@@ -129,9 +129,9 @@ class StageWorker:
         self._stopped = threading.Event()
         self._nudge = threading.Event()  # set by a hold taken and by stop(): the heartbeat thread re-times its wait
         self._thread: threading.Thread | None = None
-        # while holding a request, the heartbeat waits on these instead of sleeping: the stage's notice that a
-        # reserving tenant's batch began to wait (preempt.lua decides), and this worker's own, left when it was stopped
-        self._notices = [self.keys.queue(queue, QueuePart.notice + name), self.keys.queue(queue, QueuePart.notice)]
+        # while holding a request, the heartbeat waits on the stage's notice that a batch began to wait while a share
+        # is reserved (preempt.lua decides) and on its lease's own (taken, or its batch ended: Keys.notice)
+        self._stage_notice = self.keys.queue(queue, QueuePart.notice)
 
     # ---- one token ----
 
@@ -238,17 +238,18 @@ class StageWorker:
         self._stopped.set()
         self._nudge.set()
 
-    def _await_notice(self, wait_s: float) -> bool:
-        """Wait up to `wait_s` for a notice; True when this worker's request was stopped (preempt.lua took its
-        lease): the beat then runs at once, finds the lease lost and kills the request's programs. The stage's
-        notice is decided here, by whichever busy worker popped it. A failure (Redis restarting) is logged and the
-        wait is slept instead, so the heartbeat neither dies nor spins."""
+    def _await_notice(self, hold: Hold, wait_s: float) -> bool:
+        """Wait up to `wait_s` for a notice; True when the beat is due now: the hold's lease was taken (preempt.lua)
+        or its batch ended (cancel, abandon), so the beat finds so and kills the request's programs at once. The
+        stage's notice is decided here, by whichever busy worker popped it. A failure (Redis restarting) is logged
+        and the wait is slept instead, so the heartbeat neither dies nor spins."""
         started = time.monotonic()
+        own = self.keys.notice(hold.token)
         try:
-            popped = self.dispatch.redis.blpop(self._notices, timeout=wait_s)
+            popped = self.dispatch.redis.blpop([own, self._stage_notice], timeout=wait_s)
             if popped is None:
                 return False
-            if popped[0] == self._notices[0]:
+            if popped[0] == own:
                 return True
             return self.name in self.dispatch.preempt(self.queue, self.stage.resource, self.kind_queues)
         except Exception:
@@ -267,7 +268,7 @@ class StageWorker:
             if self.hold is not None and wait_s >= NOTICE_WAIT_MIN_S:
                 # holding a request, the wait is a blocking pop of the notices (see _await_notice); a hold taken
                 # meanwhile is seen when it ends, within the busy period
-                stopped = self._await_notice(wait_s)
+                stopped = self._await_notice(self.hold, wait_s)
                 self._nudge.clear()
                 if self._stopped.is_set():
                     return

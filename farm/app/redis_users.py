@@ -42,8 +42,9 @@ def rules(namespace: str, tenant_id: int, token_sha256: str) -> list[str]:
         # another tenant's pending requests are not this user's)
         f"%W~{k.queue('*', QueuePart.ebf)}", f"%W~{k.queue('*', QueuePart.fcfs)}", f"%W~{k.events}",
         f"%W~{k.batches}", f"%W~{k.seen}", f"%W~{k.queues}", f"%W~{k.broker('*')}",
-        # a stage's notice to its busy workers (preempt.lua), left while some tenant reserves its share
-        f"%W~{k.queue('*', QueuePart.notice)}", f"%R~{k.reserving}",
+        # a stage's notice to its busy workers (preempt.lua), left while some tenant reserves its share; the
+        # notices that tell a worker its request's batch ended (a cancel: the tokens are in its own batch's keys)
+        f"%W~{k.queue('*', QueuePart.notice)}", f"%R~{k.reserving}", f"%W~{k.notice('*')}",
         # counters and the task -> pipeline index (a task keeps one pipeline): read to be updated; the wake-up
         # tokens fair-share picks held, which a batch that ends hands back (common.lua's release_held)
         f"~{k.seq}", f"~{k.tokens}", f"~{k.limits}", f"~{k.tasks}", f"~{k.held}",

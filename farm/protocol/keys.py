@@ -83,9 +83,9 @@ class QueuePart:
     seen = "seen"  # hash: worker -> its last heartbeat: the stage's registry of workers
     leaving = "leaving"  # hash: worker -> when its warm shutdown began: it takes no more requests (fair shares)
     pending = "l:"  # list, then a batch's id: that batch's pending requests here (`pending_entry` in common.lua)
-    # list, alone: a batch began to wait here while a share is reserved, for a busy worker to pop (preempt.lua);
-    # then a worker's name: that worker was stopped (preempt.lua) and beats at once. The part ends in ':', so the
-    # glob a tenant's user may push to (`...:n:`) matches no pending list: a batch id holds no ':' past its prefix
+    # list: a batch began to wait here while a share is reserved, for a busy worker to pop (preempt.lua). The part
+    # ends in ':', so the glob a tenant's user may push to (`...:n:`) matches no pending list: a batch id holds no
+    # ':' past its tenant's prefix
     notice = "n:"
 
 
@@ -100,9 +100,13 @@ BROKER = Shape(".{queue}")  # list: the Celery queue (kombu's) a stage queue's w
 TENANT_OPEN = Shape(":gw:t{tenant}:opened")
 ROLL = Shape(":gw:roll:t{tenant}:{protocol}")  # hash: a tenant's current rolling batch of one protocol
 ROLL_SAMPLE = Shape(ROLL.pattern + ":s:{sample}")  # string: the rolling batch a sample joined (its retries find it)
+# list: the lease `token` was taken (preempt.lua) or its batch ended early (cancel, abandon): the worker holding it
+# waits on this while busy, beats at once, finds so and kills the request's programs (workers.stage)
+NOTICE = Shape(":notice:{token}")
 STOPPING = Shape(":{backend}:stopping")  # hash: a backend's workers retiring: name -> since (planner.backends)
 SHAPES = {"batch_key": BATCH, "queue_key": QUEUE, "broker_key": BROKER, "tenant_open_key": TENANT_OPEN,
-          "roll_key": ROLL, "roll_sample_key": ROLL_SAMPLE, "stopping_key": STOPPING}  # by their Lua function's name
+          "roll_key": ROLL, "roll_sample_key": ROLL_SAMPLE, "stopping_key": STOPPING,
+          "notice_key": NOTICE}  # by their Lua function's name
 
 
 class Keys:
@@ -150,6 +154,9 @@ class Keys:
 
     def roll(self, tenant_id: int, protocol: str) -> str:
         return ROLL.build(self.ns, tenant_id, protocol)
+
+    def notice(self, token: str) -> str:
+        return NOTICE.build(self.ns, token)
 
     def stopping(self, backend: str) -> str:
         return STOPPING.build(self.ns, backend)

@@ -113,3 +113,29 @@ def test_a_beat_that_finds_the_batch_cancelled_stops_the_stage_and_kills_its_san
         with live.tracked(killed.set):  # what would kill a run's programs
             assert killed.wait(beat_intervals(9.0)[0] + 2.0)
     assert hold.stop.is_set()
+
+
+def test_a_notice_for_the_held_lease_makes_the_beat_come_at_once_not_at_the_busy_period(worker, monkeypatch):
+    w, renewed = worker
+    monkeypatch.setattr("workers.stage.beat_intervals", lambda lease_s: (30.0, 30.0))  # only a notice wakes it
+    w.dispatch.heartbeat = lambda token, batch, *beat: renewed.set() or "cancelled"
+    hold = Hold("token", "batch")
+    w.start()
+    w.take(hold)
+    time.sleep(0.3)  # the heartbeat waits on its notices
+    assert not renewed.is_set()
+    w.dispatch.redis.lpush(w.keys.notice("token"), "1")  # what a cancel or a stop leaves (common.lua's `tell`)
+    assert renewed.wait(5.0) and hold.stop.is_set()
+
+
+def test_a_busy_worker_that_pops_its_stages_notice_runs_the_preemption_decision(worker, monkeypatch):
+    w, _ = worker
+    monkeypatch.setattr("workers.stage.beat_intervals", lambda lease_s: (30.0, 30.0))
+    decided = threading.Event()
+    w.dispatch.preempt = lambda queue, kind, kind_queues: decided.set() or []
+    w.start()
+    w.take(Hold("token", "batch"))
+    time.sleep(0.3)
+    w.dispatch.redis.lpush(w.keys.queue(QUEUE, QueuePart.notice), "1")  # a batch began to wait (begun_waiting)
+    assert decided.wait(5.0)
+    assert not w.dispatch.redis.exists(w.keys.queue(QUEUE, QueuePart.notice))

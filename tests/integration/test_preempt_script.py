@@ -114,7 +114,7 @@ def test_a_stopped_request_goes_back_to_the_head_of_its_batch_without_counting_a
     submit(farm, "t1:b", 1, 9.0)
     assert farm.redis.lrange(keys.queue(QUEUE, QueuePart.notice), 0, -1) == ["1"]
     assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == ["w1"]  # the later of t2's two
-    assert farm.redis.lrange(keys.queue(QUEUE, QueuePart.notice + "w1"), 0, -1) == ["1"]
+    assert farm.redis.lrange(keys.notice("tok1"), 0, -1) == ["1"] and not farm.redis.exists(keys.notice("tok0"))
     assert farm.heartbeat("tok1", "t2:flood") == "lost" and farm.heartbeat("tok0", "t2:flood") == "open"
     assert farm.redis.hget(keys.batch("t2:flood", ":att"), "r1") is None
     assert counters.read(farm.redis, farm.settings.namespace).preempted == {QUEUE: 1}
@@ -155,3 +155,14 @@ def test_a_batch_submitted_in_bulk_leaves_the_stages_notice_as_one_submitted_req
     farm.run(submit_many_call([submit_call(farm.settings, synthetic, "t1:bulk", f"r{n}", {"times": [1, 0]}, None,
                                            time.time()) for n in range(2)]))
     assert farm.redis.lrange(keys.queue(QUEUE, QueuePart.notice), 0, -1) == ["1"]
+
+
+def test_a_cancel_tells_the_workers_running_its_batch_and_no_other(farm):
+    keys = Keys(farm.settings.namespace)
+    submit(farm, "t2:a", 1, 1.0)
+    submit(farm, "t2:b", 1, 2.0)
+    farm.pick(QUEUE, "w0", "ebf", "tok0", "cpu", (QUEUE,))
+    farm.pick(QUEUE, "w1", "ebf", "tok1", "cpu", (QUEUE,))
+    assert farm.cancel("t2:a") == "cancelled"
+    assert farm.redis.lrange(keys.notice("tok0"), 0, -1) == ["1"] and not farm.redis.exists(keys.notice("tok1"))
+    assert 0 < farm.redis.ttl(keys.notice("tok0")) <= 600

@@ -227,3 +227,18 @@ def test_while_a_share_is_reserved_a_tenants_submit_leaves_the_stages_notice_and
             read()
     assert own.get(keys.reserving) == "1"  # all it learns: some tenant reserves
     own.close()
+
+
+def test_a_tenants_cancel_tells_the_worker_running_its_request(tenants, redis_url, namespace, admin):
+    from farm.protocol.keys import Keys
+    d = Dispatch(Settings(redis_url=redis_url, namespace=namespace, lease_s=3600.0))
+    with RewardClient(direct(redis_url, namespace, 7, tenants[7])) as client:
+        batch = client.open_batch("math", "synthetic", 1)
+        batch.submit("r0", QUICK)
+        # tenant 8's request waits too: one worker takes it, the other tenant 7's
+        token = {d.pick("synthetic.compile", f"w{n}", "ebf", f"tok{n}")[1]: f"tok{n}" for n in range(2)}
+        batch.cancel()  # as the tenant's own user
+    keys = Keys(namespace)
+    assert admin.lrange(keys.notice(token[batch.id]), 0, -1) == [b"1"]
+    assert not admin.exists(keys.notice(token["t8:private"]))
+    d.close()

@@ -86,6 +86,16 @@ local function begun_waiting(queue)
   end
 end
 
+-- Tell the worker holding lease `token` to beat now (it waits on this notice while busy, workers.stage): its lease
+-- was taken or its batch ended, so it kills the request's programs at once rather than at its next beat. One
+-- notice waits at most; one its worker never pops (the request ended first) expires.
+local function tell(token)
+  local n = notice_key(token)
+  redis.call('LPUSH', n, '1')
+  redis.call('LTRIM', n, 0, 0)
+  redis.call('EXPIRE', n, 600)
+end
+
 -- Put a request into its batch's FIFO in a stage queue (at the head when it comes back from a lapsed
 -- lease) and keep both orders of the stage's batches: by EBF key and by the seq of the batch's head.
 local function enqueue(queue, bid, rid, seq, enq_at, head, key, limit)
@@ -301,6 +311,7 @@ local function end_early(bid, state, message, at, ending)
   local b = batch_key(bid)
   redis.call('HSET', b, 'state', 'cancelling')
   for _, q in ipairs(split(redis.call('HGET', b, 'queues'), ',')) do drop_from_queue(q, bid) end
+  for _, token in ipairs(redis.call('HVALS', b .. PART.lease)) do tell(token) end  -- its running requests
   for _, rid in ipairs(redis.call('HKEYS', b .. PART.req)) do
     if redis.call('HEXISTS', b .. PART.res, rid) == 0 then
       finish_here(bid, rid, 'cancelled', message, nil, at, nil, false)

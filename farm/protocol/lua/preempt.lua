@@ -1,8 +1,8 @@
 -- a reserving tenant's request waits at a stage whose workers the others hold: stop as many of their running
 -- requests as farm.protocol.shares.preempted names (`kind` the stage's resource kind, `kind_queues` the stage
 -- queues of that kind, comma-separated), put each back at the head of its batch, as a lapsed lease is but without
--- counting a lost worker, and leave its worker a notice, on which it beats at once, finds the lease gone and
--- kills the request's programs (workers.stage). Run by a busy worker that popped the stage's notice. Returns the
+-- counting a lost worker, and tell its worker (`tell`), which beats at once, finds the lease gone and kills the
+-- request's programs (workers.stage). Run by a busy worker that popped the stage's notice. Returns the
 -- workers stopped.
 local stopped = {}
 local any = false
@@ -63,13 +63,10 @@ end
 local function stop(worker, token)
   redis.call('HDEL', busy, worker)
   release_held()
-  local notice = queue_key(queue, QPART.notice .. worker)
-  redis.call('LPUSH', notice, '1')
-  redis.call('LTRIM', notice, 0, 0)
-  redis.call('EXPIRE', notice, 600)  -- a worker that died meanwhile leaves no key for ever
   stopped[#stopped + 1] = worker
   local info = token and redis.call('HGET', K.lease, token)
   if not info then return end
+  tell(token)
   redis.call('ZREM', K.leases, token)
   redis.call('HDEL', K.lease, token)
   local _, bid, _, seq, enq_at, rid = parse_lease(info)
