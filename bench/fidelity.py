@@ -78,7 +78,6 @@ if str(ROOT) not in sys.path:
 from farm.app import live_replay as rp  # noqa: E402
 from farm.app.demo import DEMO_MAX_WORKERS, DEMO_WORKER_NICE, run_demo  # noqa: E402
 from farm.app.live_replay.metrics import within  # noqa: E402
-from farm.app.live_replay.plan import reserve_shares  # noqa: E402
 from farm.config import STARTUP_DELAY_ENV  # noqa: E402
 from farm.knobs import Knobs  # noqa: E402
 from farm.protocol.shares import ShareError, parse_shares  # noqa: E402
@@ -118,7 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
-        shares = reserve_shares(parse_shares(args.shares, args.caps), args.reserve)
+        shares = parse_shares(args.shares, args.caps, args.reserve)
     except ShareError as exc:
         ap.error(str(exc))
     if args.ray_address and args.backend != "ray":

@@ -102,9 +102,10 @@ def parse_max_workers(items: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def parse_shares(weights: Iterable[str], caps: Iterable[str]) -> dict[str, FairShare]:
-    """Named tenants' fair shares from `TENANT=W` and `TENANT:KIND=N` items (`farm eval --share
-    --tenant-max-workers`, `bench/fidelity.py`'s), by name; ShareError naming the option for a malformed one."""
+def parse_shares(weights: Iterable[str], caps: Iterable[str], reserves: Iterable[str] = ()) -> dict[str, FairShare]:
+    """Named tenants' fair shares from `TENANT=W` and `TENANT:KIND=N` items and reserving tenants' names (`farm eval
+    --share --tenant-max-workers --reserve`, `bench/fidelity.py`'s), by name; ShareError naming the option for a
+    malformed one. A tenant named only as reserving has the default weight and no cap."""
     shares: dict[str, float] = {}
     limits: dict[str, list[str]] = {}
     for item in weights:
@@ -121,8 +122,9 @@ def parse_shares(weights: Iterable[str], caps: Iterable[str]) -> dict[str, FairS
         if not (sep and name):
             raise ShareError(f"--tenant-max-workers: expected TENANT:KIND=N, not {item!r:.100}")
         limits.setdefault(name, []).append(cap)
-    return {name: FairShare(shares.get(name, 1.0), parse_max_workers(limits.get(name, ())))
-            for name in sorted(set(shares) | set(limits))}
+    reserving = set(reserves)
+    return {name: FairShare(shares.get(name, 1.0), parse_max_workers(limits.get(name, ())), name in reserving)
+            for name in sorted(set(shares) | set(limits) | reserving)}
 
 
 def entitled(workers: int, share: float, waiting_shares: float) -> float:

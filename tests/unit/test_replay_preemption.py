@@ -9,10 +9,9 @@ import random
 from click.testing import CliRunner
 
 from farm.app.cli import main
-from farm.app.live_replay.plan import reserve_shares
 from farm.app.live_replay.runner import preempted_during
 from farm.knobs import Knobs
-from farm.protocol.shares import FairShare
+from farm.protocol.shares import FairShare, parse_shares
 from planner.eval import trace as tr
 from planner.eval.handlers import HANDLERS
 from planner.eval.loop import evaluate
@@ -95,8 +94,8 @@ def test_the_report_gives_each_stages_stopped_requests_when_a_share_is_reserved(
     assert result.summary()["preempted"] == {"run": 2}
 
 
-def test_reserve_shares_keeps_a_tenants_weight_and_cap_and_gives_one_without_a_share_the_default():
-    shares = reserve_shares({"a": FairShare(2.0, {"cpu": 3})}, ["a", "b"])
+def test_a_reserving_tenant_keeps_its_weight_and_cap_and_one_named_only_as_reserving_has_the_default():
+    shares = parse_shares(["a=2"], ["a:cpu=3"], ["a", "b"])
     assert shares == {"a": FairShare(2.0, {"cpu": 3}, True), "b": FairShare(reserve=True)}
 
 

@@ -8,7 +8,6 @@ import click
 
 from farm.pipeline import RESOURCES
 from farm.app.cli.knob_options import knob_options, knobs_from_options
-from farm.app.live_replay.plan import reserve_shares
 from planner.eval import trace as tr
 from planner.eval.compare import STARTUP_SWEEP_S, run_compare
 from planner.eval.loop import evaluate
@@ -55,7 +54,7 @@ def _shares(shares: tuple[str, ...], caps: tuple[str, ...], reserve: tuple[str, 
     """The fair shares of the trace's tenants from `--share NAME=W`, `--tenant-max-workers NAME:KIND=N` and
     `--reserve NAME`."""
     try:
-        return reserve_shares(parse_shares(shares, caps), reserve)
+        return parse_shares(shares, caps, reserve)
     except ShareError as e:
         raise click.BadParameter(str(e), param_hint="--share/--tenant-max-workers") from None
 
@@ -129,8 +128,8 @@ def _table(summary: dict) -> str:
               help="--compare: fixed start-ups of the start-up sweep (comma list; empty to skip)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-out", show_default=True,
               help="where --compare writes its figures and JSON")
-def eval_(trace, startup, capacity, shares, caps, reserve, seed, as_json, compare, runtime_sizes, startup_sweep, out_dir,
-          **knob_values):
+def eval_(trace, startup, capacity, shares, caps, reserve, seed, as_json, compare, runtime_sizes, startup_sweep,
+          out_dir, **knob_values):
     """Replay TRACE (a path or a bundled name: cuda-colocated, cuda-disaggregated, demo) with the policy
     deciding at every epoch, and report extra delay, allocated and busy worker-seconds, planner runtime."""
     native.load()  # the compiled sweeps where this machine can build them: the same replay, faster

@@ -138,13 +138,6 @@ def tenant_labels(trace: Trace) -> dict[str, str]:
     return out
 
 
-def reserve_shares(shares: Mapping[str, FairShare], tenants: Sequence[str]) -> dict[str, FairShare]:
-    """The shares with these tenants' reserved (`farm eval --reserve`, bench/fidelity.py's): held for the tenant
-    while it has an open batch, and taken back from the others at once (preemption). A tenant without a share
-    of its own reserves the default one."""
-    return {**shares, **{t: replace(shares.get(t, FairShare()), reserve=True) for t in tenants}}
-
-
 def farm_shares(trace: Trace, shares: Mapping[str, FairShare]) -> dict[str, FairShare]:
     """The shares to publish, by the farm's label; a share for a tenant the trace does not name is refused (a
     typo would pass for a setting that changed nothing)."""
