@@ -61,8 +61,8 @@ NOTICE_WAIT_MIN_S = 0.01  # shorter waits sleep: BLPOP takes 0 as "for ever"
 
 
 def beat_intervals(lease_s: float) -> tuple[float, float]:
-    """The heartbeat's period while a request is held (its lease renewed, its cancellation seen within half a
-    second) and while idle (only the roster's `seen`, which must stay within a lease: three beats per lease)."""
+    """The heartbeat's period while a request is held (its lease renewed; a cancel or a stop is told at once, by
+    the lease's notice, and seen within half a second even when the notice is lost) and while idle (only the roster's `seen`, which must stay within a lease: three beats per lease)."""
     busy = min(lease_s / 3, 0.5)
     return busy, max(busy, lease_s / 3)
 

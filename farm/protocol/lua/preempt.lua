@@ -52,7 +52,7 @@ for t, _ in pairs(use) do labels[#labels + 1] = t end
 table.sort(labels)
 -- the one of `v`'s running requests that started last (the least work lost), ties by the worker's name
 local function victim(v)
-  local best, at = nil, nil
+  local best = nil
   for j, r in ipairs(running[v]) do
     if best == nil or r[2] > running[v][best][2] or (r[2] == running[v][best][2] and r[1] > running[v][best][1]) then
       best = j
