@@ -62,7 +62,8 @@ NOTICE_WAIT_MIN_S = 0.01  # shorter waits sleep: BLPOP takes 0 as "for ever"
 
 def beat_intervals(lease_s: float) -> tuple[float, float]:
     """The heartbeat's period while a request is held (its lease renewed; a cancel or a stop is told at once, by
-    the lease's notice, and seen within half a second even when the notice is lost) and while idle (only the roster's `seen`, which must stay within a lease: three beats per lease)."""
+    the lease's notice, and seen within half a second even when the notice is lost) and while idle (only the
+    roster's `seen`, which must stay within a lease: three beats per lease)."""
     busy = min(lease_s / 3, 0.5)
     return busy, max(busy, lease_s / 3)
 
@@ -263,12 +264,13 @@ class StageWorker:
         last_sweep = 0.0
         last_beat = time.monotonic()
         while True:
-            wait_s = max(0.0, next_beat(last_beat, self.hold, busy, idle) - time.monotonic())
+            held = self.hold  # read once: the serving thread may end the hold meanwhile
+            wait_s = max(0.0, next_beat(last_beat, held, busy, idle) - time.monotonic())
             stopped = False
-            if self.hold is not None and wait_s >= NOTICE_WAIT_MIN_S:
+            if held is not None and wait_s >= NOTICE_WAIT_MIN_S:
                 # holding a request, the wait is a blocking pop of the notices (see _await_notice); a hold taken
                 # meanwhile is seen when it ends, within the busy period
-                stopped = self._await_notice(self.hold, wait_s)
+                stopped = self._await_notice(held, wait_s)
                 self._nudge.clear()
                 if self._stopped.is_set():
                     return

@@ -83,7 +83,7 @@ class Dispatch:
 
     def preempt(self, queue: str, kind: str, kind_queues: tuple[str, ...] = ()) -> list[str]:
         """Stop the running requests a reserving tenant waiting at `queue` takes back (preempt.lua); the workers
-        stopped, each left a notice (`Keys.queue(queue, QueuePart.notice + worker)`)."""
+        stopped, each told through its lease's notice (`Keys.notice(token)`)."""
         return list(self.run(preempt_call(queue, self.settings.lease_s, kind, kind_queues)))
 
     def abandon(self, worker: str, queue: str, status: Status, message: str, now: float | None = None) -> str:

@@ -75,24 +75,25 @@ end
 -- The stage a queue "<pipeline>.<stage>" serves.
 local function stage_of(queue) return string.match(queue, '^[^.]*%.(.*)$') end
 
--- A batch began to wait at `queue` (its FIFO there was empty): while a share is reserved, a busy worker of the
--- stage decides at once whether a reserving tenant's request stops another's (preempt.lua); one notice waits at
--- most. A request joining its batch's waiting ones rides on the notice of the first.
-local function begun_waiting(queue)
-  if redis.call('EXISTS', K.reserving) == 1 then
-    local n = queue_key(queue, QPART.notice)
-    redis.call('LPUSH', n, '1')
-    redis.call('LTRIM', n, 0, 0)
-  end
+-- A notice (a list a busy worker pops with BLPOP, workers.stage): one waits at most, however many are left.
+local function leave_notice(key)
+  redis.call('LPUSH', key, '1')
+  redis.call('LTRIM', key, 0, 0)
 end
 
--- Tell the worker holding lease `token` to beat now (it waits on this notice while busy, workers.stage): its lease
--- was taken or its batch ended, so it kills the request's programs at once rather than at its next beat. One
--- notice waits at most; one its worker never pops (the request ended first) expires.
+-- A batch began to wait at `queue` (its FIFO there was empty): while a share is reserved, a busy worker of the
+-- stage decides at once whether a reserving tenant's request stops another's (preempt.lua). A request joining
+-- its batch's waiting ones rides on the notice of the first.
+local function begun_waiting(queue)
+  if redis.call('EXISTS', K.reserving) == 1 then leave_notice(queue_key(queue, QPART.notice)) end
+end
+
+-- Tell the worker holding lease `token` to beat now: its lease was taken or its batch ended, so it kills the
+-- request's programs at once rather than at its next beat. A notice its worker never pops (the request ended
+-- first) expires.
 local function tell(token)
   local n = notice_key(token)
-  redis.call('LPUSH', n, '1')
-  redis.call('LTRIM', n, 0, 0)
+  leave_notice(n)
   redis.call('EXPIRE', n, 600)
 end
 
