@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from farm.pipeline import InvalidInput
+from farm.protocol.keys import QueuePart
 
 MAX_BATCH_ID, MAX_TASK = 128, 64  # characters, a tenant's prefix included (farm.store.ingest keys rows by them)
 MAX_REQUEST_ID_BYTES = 1024  # a request id or group, in UTF-8
@@ -64,17 +65,23 @@ TASK = Grammar("task", "letters, digits or '_.-'", re.compile(r"[A-Za-z0-9_.-]+"
 REQUEST = Grammar("request id", "printable characters other than ':'", None, MAX_REQUEST_ID_BYTES, in_bytes=True)
 GROUP = Grammar("group", "printable characters other than ':'", None, MAX_REQUEST_ID_BYTES, in_bytes=True)
 
-_FARM_BATCH = re.compile(rf"(?:{TENANT_PREFIX.pattern})?[A-Za-z0-9_.-]+")
+_FARM_BATCH = re.compile(rf"(?:{TENANT_PREFIX.pattern})?(?P<name>[A-Za-z0-9_.-]+)")
 _RESERVED = re.compile(r"t[0-9]+")  # a bare name that is a tenant's prefix: its keys would hold that tenant's
+# a name that is a stage queue's part: the batch's pending list there (`...:l:<id>`) would end as that part's key
+# does, and every tenant's user may write a part over all stages (`%W~<ns>:q:*:ebf`): it could empty the list
+QUEUE_PART_NAMES = frozenset(p for n, p in vars(QueuePart).items() if not n.startswith("_") and p and ":" not in p)
 
 
 def check_farm_batch(batch_id: Any) -> str:
     """A batch id as the farm's Redis holds it: a name, or a tenant's prefix then a name (`t3:step-1`). A bare
-    `t<digits>` is refused: `t3` + `:req` would be tenant 3's batch `req`."""
-    if (not isinstance(batch_id, str) or _FARM_BATCH.fullmatch(batch_id) is None or len(batch_id) > MAX_BATCH_ID
-            or _RESERVED.fullmatch(batch_id) is not None):
+    `t<digits>` is refused: `t3` + `:req` would be tenant 3's batch `req`; so is a name that is a stage queue's
+    part (`ebf`, `busy`, ...: `QUEUE_PART_NAMES`)."""
+    found = _FARM_BATCH.fullmatch(batch_id) if isinstance(batch_id, str) else None
+    if (found is None or len(batch_id) > MAX_BATCH_ID or _RESERVED.fullmatch(batch_id) is not None
+            or found.group("name") in QUEUE_PART_NAMES):
         raise InvalidInput(f"batch id must be 1 to {MAX_BATCH_ID} letters, digits or '_.-' (after a tenant's "
-                           f"'t<id>:'), and not 't' and digits alone, not {shown(batch_id)}")
+                           f"'t<id>:'), not 't' and digits alone, and not a stage queue's part "
+                           f"({', '.join(sorted(QUEUE_PART_NAMES))}), not {shown(batch_id)}")
     return batch_id
 
 

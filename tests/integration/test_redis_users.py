@@ -13,6 +13,8 @@ import time
 import pytest
 import redis
 from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from farm.app import redis_users
 from farm.app.cli import main
@@ -21,6 +23,8 @@ from farm.config import Settings
 from farm.errors import BatchNotFound, InvalidInput
 from farm.protocol.calls import cancel_call
 from farm.protocol.dispatch import Dispatch
+from farm.protocol.keys import Keys, Part, QueuePart
+from farm.protocol.scope import Scope
 from farm.store import engine as store
 from farm.store.tenants import new_token, token_hash
 
@@ -242,3 +246,31 @@ def test_a_tenants_cancel_tells_the_worker_running_its_request(tenants, redis_ur
     assert admin.lrange(keys.notice(token[batch.id]), 0, -1) == [b"1"]
     assert not admin.exists(keys.notice(token["t8:private"]))
     d.close()
+
+
+# a batch's name from the words the keys are spelled with: every part of a batch and of a stage queue
+NAME_PIECES = st.sampled_from(sorted({p.strip(":") for p in (*vars(Part).values(), *vars(QueuePart).values())
+                                      if isinstance(p, str) and len(p) < 12 and p.strip(":")} | {"t3", "x", "-"}))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tenant=st.integers(0, 6), name=st.lists(NAME_PIECES, min_size=1, max_size=3).map("".join))
+def test_no_other_tenants_user_may_write_any_key_of_a_batch_the_farm_accepts(admin, namespace, tenant, name):
+    """A batch named `ebf` had its pending list `...:l:t3:ebf` matched by every tenant's `%W~<ns>:q:*:ebf`:
+    another tenant could delete it. Redis itself is asked (ACL DRYRUN) for every key of the batch."""
+    try:
+        batch = Scope(tenant).batch(name)
+    except InvalidInput:
+        assume(False)
+    other = redis_users.username(namespace, 9)
+    redis_users.grant(admin, namespace, 9, token_hash("x" * 64))
+    k = Keys(namespace)
+    keys = [k.batch(batch, part) for n, part in vars(Part).items() if not n.startswith("_")]
+    keys += [k.pending(q, batch) for q in ("math.verify", "run_code.run")]
+    assert [key for key in keys if allowed(admin, other, ["DEL", key])] == []
+
+
+@pytest.mark.parametrize("name", ["ebf", "fcfs", "busy"])
+def test_a_batch_named_as_a_stage_queues_part_is_refused_with_the_reason(name):
+    with pytest.raises(InvalidInput, match="not a stage queue's part"):
+        Scope(3).batch(name)

@@ -104,3 +104,15 @@ def test_a_cursor_within_redis_range_is_taken(cursor):
 def test_a_cursor_past_redis_range_or_malformed_is_refused(cursor):
     with pytest.raises(InvalidInput, match="cursor must be"):
         check_cursor(cursor)
+
+
+@pytest.mark.parametrize("batch_id", ["ebf", "fcfs", "t3:ebf", "t0:seen", "leaving"])
+def test_a_batch_named_as_a_stage_queues_part_is_refused(batch_id):
+    """Its pending list `...:l:<id>` would end as that part's key does: a tenant user's glob over the part of
+    every stage (`%W~<ns>:q:*:ebf`) would reach it."""
+    with pytest.raises(InvalidInput, match="not a stage queue's part"):
+        check_farm_batch(batch_id)
+
+
+def test_a_name_that_merely_holds_a_stage_queues_part_is_taken():
+    assert check_farm_batch("t3:ebf-2") == "t3:ebf-2" and Scope(3).batch("busy.1") == "t3:busy.1"
