@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from farm.errors import InvalidInput
-from farm.protocol.ids import BATCH, GROUP, REQUEST, TASK, check_cursor, check_farm_batch, check_group
+from farm.protocol.ids import (
+    BATCH, GROUP, QUEUE_PART_NAMES, REQUEST, TASK, check_cursor, check_farm_batch, check_group)
 from farm.protocol.keys import Keys, Part, QueuePart, _members
 from farm.protocol.scope import Scope
 
@@ -116,3 +119,9 @@ def test_a_batch_named_as_a_stage_queues_part_is_refused(batch_id):
 
 def test_a_name_that_merely_holds_a_stage_queues_part_is_taken():
     assert check_farm_batch("t3:ebf-2") == "t3:ebf-2" and Scope(3).batch("busy.1") == "t3:busy.1"
+
+
+def test_the_readme_names_every_stage_queue_part_a_batch_may_not_be_called():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    sentence = readme[readme.index("nor a stage\nqueue's part"):][:200]
+    assert QUEUE_PART_NAMES and all(f"`{name}`" in sentence for name in QUEUE_PART_NAMES)
