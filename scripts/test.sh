@@ -110,8 +110,9 @@ log "tests"
 status=0
 # a test file to a process, as many processes as cores (FARM_TEST_PROCESSES): tests that look at the whole machine
 # look only at what they started themselves (a test's sandbox uids, its namespace, its ports)
+# (--durations: the slowest tests, where the run's time goes: issue 34 holds CI under 15 minutes)
 python3 -m pytest -q -p no:cacheprovider --timeout 600 -m "not ray" -n "${FARM_TEST_PROCESSES:-auto}" --dist loadfile \
-    "$@" || status=$?
+    --durations=25 "$@" || status=$?
 
 log "ray backend tests (a 3-node cluster in a loopback-only network namespace)"
 # Ray advertises the machine's interface address; in a namespace with only `lo` it has none but loopback
