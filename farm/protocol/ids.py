@@ -72,16 +72,23 @@ _RESERVED = re.compile(r"t[0-9]+")  # a bare name that is a tenant's prefix: its
 QUEUE_PART_NAMES = frozenset(p for n, p in vars(QueuePart).items() if not n.startswith("_") and p and ":" not in p)
 
 
+def check_batch_name(name: str) -> str:
+    """A batch's name (a tenant's, without its prefix) that is not a stage queue's part (`QUEUE_PART_NAMES`)."""
+    if name in QUEUE_PART_NAMES:
+        raise InvalidInput(f"batch id must not be a stage queue's part ({', '.join(sorted(QUEUE_PART_NAMES))}), "
+                           f"not {shown(name)}")
+    return name
+
+
 def check_farm_batch(batch_id: Any) -> str:
     """A batch id as the farm's Redis holds it: a name, or a tenant's prefix then a name (`t3:step-1`). A bare
     `t<digits>` is refused: `t3` + `:req` would be tenant 3's batch `req`; so is a name that is a stage queue's
     part (`ebf`, `busy`, ...: `QUEUE_PART_NAMES`)."""
     found = _FARM_BATCH.fullmatch(batch_id) if isinstance(batch_id, str) else None
-    if (found is None or len(batch_id) > MAX_BATCH_ID or _RESERVED.fullmatch(batch_id) is not None
-            or found.group("name") in QUEUE_PART_NAMES):
+    if found is None or len(batch_id) > MAX_BATCH_ID or _RESERVED.fullmatch(batch_id) is not None:
         raise InvalidInput(f"batch id must be 1 to {MAX_BATCH_ID} letters, digits or '_.-' (after a tenant's "
-                           f"'t<id>:'), not 't' and digits alone, and not a stage queue's part "
-                           f"({', '.join(sorted(QUEUE_PART_NAMES))}), not {shown(batch_id)}")
+                           f"'t<id>:'), and not 't' and digits alone, not {shown(batch_id)}")
+    check_batch_name(found.group("name"))
     return batch_id
 
 

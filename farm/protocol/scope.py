@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from farm.protocol.calls import new_batch_id
-from farm.protocol.ids import BATCH, MAX_BATCH_ID, MAX_TASK, TASK, TENANT_PREFIX, check_farm_batch
+from farm.protocol.ids import BATCH, MAX_BATCH_ID, MAX_TASK, TASK, TENANT_PREFIX, check_batch_name
 
 
 def tenant_label(tenant_id: int | None) -> str:
@@ -41,7 +41,7 @@ class Scope:
         """The farm's id of the tenant's batch (a fresh one when None); InvalidInput for a malformed id."""
         if batch_id is None:
             batch_id = new_batch_id()
-        return check_farm_batch(self.batch_prefix + BATCH.check(batch_id, MAX_BATCH_ID - len(self.batch_prefix)))
+        return self.batch_prefix + check_batch_name(BATCH.check(batch_id, MAX_BATCH_ID - len(self.batch_prefix)))
 
     def task(self, task: str) -> str:
         return self.task_prefix + TASK.check(task, MAX_TASK - len(self.task_prefix))
@@ -51,7 +51,7 @@ class Scope:
         is the farm's own, any other is the tenant's name for one."""
         prefix = self.batch_prefix
         if isinstance(batch_id, str) and batch_id.startswith(prefix):
-            return check_farm_batch(prefix + BATCH.check(batch_id[len(prefix):], MAX_BATCH_ID - len(prefix)))
+            return prefix + check_batch_name(BATCH.check(batch_id[len(prefix):], MAX_BATCH_ID - len(prefix)))
         return self.batch(batch_id)
 
     def adopt_task(self, task: str) -> str:

@@ -183,7 +183,9 @@ def test_a_body_that_trickles_in_is_408_and_the_gateway_serves_others_meanwhile(
     (json.dumps({"task": "t t", "pipeline": "synthetic", "size": 8}).encode(), 400, "task"),
     (json.dumps({"task": "t", "pipeline": "synthetic", "size": 0}).encode(), 400, "batch size"),
     (json.dumps([1, 2]).encode(), 422, ""),
-], ids=["malformed", "string-size", "unknown-key", "unknown-pipeline", "bad-task", "zero-size", "array"])
+    (json.dumps({"task": "t", "pipeline": "synthetic", "size": 8, "batch_id": "ebf"}).encode(), 400, "queue's part"),
+], ids=["malformed", "string-size", "unknown-key", "unknown-pipeline", "bad-task", "zero-size", "array",
+        "queue-part-name"])
 def test_bad_input_gets_a_clear_4xx(gateway, tenants, body, status, needle):
     with client(gateway, tenants[0]) as c:
         reply = c.post("/v1/batches", content=body, headers={"content-type": "application/json"})

@@ -272,5 +272,5 @@ def test_no_other_tenants_user_may_write_any_key_of_a_batch_the_farm_accepts(adm
 
 @pytest.mark.parametrize("name", ["ebf", "fcfs", "busy"])
 def test_a_batch_named_as_a_stage_queues_part_is_refused_with_the_reason(name):
-    with pytest.raises(InvalidInput, match="not a stage queue's part"):
+    with pytest.raises(InvalidInput, match="must not be a stage queue's part"):
         Scope(3).batch(name)

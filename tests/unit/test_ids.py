@@ -113,7 +113,7 @@ def test_a_cursor_past_redis_range_or_malformed_is_refused(cursor):
 def test_a_batch_named_as_a_stage_queues_part_is_refused(batch_id):
     """Its pending list `...:l:<id>` would end as that part's key does: a tenant user's glob over the part of
     every stage (`%W~<ns>:q:*:ebf`) would reach it."""
-    with pytest.raises(InvalidInput, match="not a stage queue's part"):
+    with pytest.raises(InvalidInput, match="must not be a stage queue's part"):
         check_farm_batch(batch_id)
 
 
