@@ -10,8 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from farm.errors import InvalidInput
-from farm.protocol.ids import (
-    BATCH, GROUP, QUEUE_PART_NAMES, REQUEST, TASK, check_cursor, check_farm_batch, check_group)
+from farm.protocol.ids import BATCH, GROUP, QUEUE_PART_NAMES, REQUEST, TASK, check_cursor, check_farm_batch, check_group
 from farm.protocol.keys import Keys, Part, QueuePart, _members
 from farm.protocol.scope import Scope
 
