@@ -252,7 +252,10 @@ class StageWorker:
                 return False
             if popped[0] == own:
                 return True
-            return self.name in self.dispatch.preempt(self.queue, self.stage.resource, self.kind_queues)
+            done = self.dispatch.preempt(self.queue, self.stage.resource, self.kind_queues)
+            if done.requeued:  # their wake-up tokens, where the script could not publish them
+                self.requeued(done.requeued, self.dispatch.knobs())
+            return self.name in done.stopped
         except Exception:
             log.exception("farm heartbeat of %s: waiting on its notices failed", self.name)
             self._nudge.wait(max(0.0, wait_s - (time.monotonic() - started)))

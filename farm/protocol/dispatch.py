@@ -4,7 +4,7 @@ planner and the sync client."""
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import redis as redis_lib
 
@@ -18,6 +18,14 @@ from farm.protocol.live import LiveState, Progress, inspect
 from farm.protocol.scripts import SOURCES, Call, argv
 from farm.protocol.silence import Touched
 from farm.results import Status
+
+
+class Preempted(NamedTuple):
+    """What a preemption did: the workers stopped, and the queue once per request put back, each needing a
+    wake-up token where the broker is not the farm's Redis (`lua_tokens` off), as a sweep's requeued queues do."""
+
+    stopped: list[str]
+    requeued: list[str]
 
 
 class Dispatch:
@@ -81,10 +89,11 @@ class Dispatch:
             now = time.time()
         return self.run(heartbeat_call(token, self.settings.lease_s, batch_id, queue, worker, now))
 
-    def preempt(self, queue: str, kind: str, kind_queues: tuple[str, ...] = ()) -> list[str]:
-        """Stop the running requests a reserving tenant waiting at `queue` takes back (preempt.lua); the workers
-        stopped, each told through its lease's notice (`Keys.notice(token)`)."""
-        return list(self.run(preempt_call(queue, self.settings.lease_s, kind, kind_queues)))
+    def preempt(self, queue: str, kind: str, kind_queues: tuple[str, ...] = ()) -> Preempted:
+        """Stop the running requests a reserving tenant waiting at `queue` takes back (preempt.lua): the workers
+        stopped, each told through its lease's notice (`Keys.notice(token)`), and the requests put back."""
+        stopped, requeued = self.run(preempt_call(queue, self.settings.lease_s, kind, kind_queues))
+        return Preempted(list(stopped), list(requeued))
 
     def abandon(self, worker: str, queue: str, status: Status, message: str, now: float | None = None) -> str:
         return self.run(abandon_call(worker, queue, status, message, time.time() if now is None else now))

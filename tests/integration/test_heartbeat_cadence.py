@@ -12,6 +12,7 @@ import redis
 from farm.celery_app import make_app
 from farm.config import Settings
 from farm.protocol import roster
+from farm.protocol.dispatch import Preempted
 from farm.protocol.keys import Keys, QueuePart
 from workers.sandbox import live
 from workers.stage import Hold, StageWorker, beat_intervals
@@ -132,10 +133,27 @@ def test_a_busy_worker_that_pops_its_stages_notice_runs_the_preemption_decision(
     w, _ = worker
     monkeypatch.setattr("workers.stage.beat_intervals", lambda lease_s: (30.0, 30.0))
     decided = threading.Event()
-    w.dispatch.preempt = lambda queue, kind, kind_queues: decided.set() or []
+    w.dispatch.preempt = lambda queue, kind, kind_queues: decided.set() or Preempted([], [])
     w.start()
     w.take(Hold("token", "batch"))
     time.sleep(0.3)
     w.dispatch.redis.lpush(w.keys.queue(QUEUE, QueuePart.notice), "1")  # a batch began to wait (begun_waiting)
     assert decided.wait(5.0)
     assert not w.dispatch.redis.exists(w.keys.queue(QUEUE, QueuePart.notice))
+
+
+def test_with_another_broker_the_worker_sends_the_wake_up_token_of_each_request_a_stop_put_back(worker, monkeypatch):
+    w, _ = worker
+    monkeypatch.setattr("workers.stage.beat_intervals", lambda lease_s: (30.0, 30.0))
+    w.dispatch.lua_tokens = False  # the broker is not the farm's Redis: the script could not publish the token
+    w.dispatch.preempt = lambda queue, kind, kind_queues: Preempted(["other"], [QUEUE])
+    sent = []
+    w.tokens.send = lambda queue, limit: sent.append(queue)
+    w.start()
+    w.take(Hold("token", "batch"))
+    time.sleep(0.3)
+    w.dispatch.redis.lpush(w.keys.queue(QUEUE, QueuePart.notice), "1")
+    deadline = time.monotonic() + 5.0
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sent == [QUEUE]

@@ -71,7 +71,7 @@ def test_a_request_stopped_for_a_reserving_tenant_is_counted(settings, reward_cl
     d.pick(COMPILE, "w0", "ebf", "tok0", "cpu", (COMPILE,))
     d.pick(COMPILE, "w1", "ebf", "tok1", "cpu", (COMPILE,))
     reward_client.open_batch("t1.t", "synthetic", 1, "t1:b").submit("r0", {"times": [1, 0]})
-    assert d.preempt(COMPILE, "cpu", (COMPILE,)) == ["w1"]
+    assert d.preempt(COMPILE, "cpu", (COMPILE,)).stopped == ["w1"]
     assert scrape("farm_preemptions_total", {"pipeline": "synthetic", "stage": "compile"}) == 1
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings as hypothesis_settings, strategies as st
@@ -88,7 +89,7 @@ def test_the_script_stops_the_tenants_the_rule_names(redis_url, layout):
     d = Dispatch(Settings(redis_url=redis_url, namespace=ns, lease_s=3600.0))
     try:
         owner = lay_out(d, waiting, busy, idle, shares)
-        stopped = d.preempt(QUEUE, "cpu", (QUEUE,))
+        stopped = d.preempt(QUEUE, "cpu", (QUEUE,)).stopped
         # the rule's tenants in the stage's EBF order: by key, then by batch id
         order = sorted(((key, _bid(t, n)), t) for n, (t, (count, key)) in enumerate(waiting.items()) if count)
         want = {t: waiting[t][0] for _, t in order}
@@ -113,7 +114,7 @@ def test_a_stopped_request_goes_back_to_the_head_of_its_batch_without_counting_a
     fair_shares.put(farm.redis, farm.settings.namespace, {"t1": R})
     submit(farm, "t1:b", 1, 9.0)
     assert farm.redis.lrange(keys.queue(QUEUE, QueuePart.notice), 0, -1) == ["1"]
-    assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == ["w1"]  # the later of t2's two
+    assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == (["w1"], [QUEUE])  # the later of t2's two, put back
     assert farm.redis.lrange(keys.notice("tok1"), 0, -1) == ["1"] and not farm.redis.exists(keys.notice("tok0"))
     assert farm.heartbeat("tok1", "t2:flood") == "lost" and farm.heartbeat("tok0", "t2:flood") == "open"
     assert farm.redis.hget(keys.batch("t2:flood", ":att"), "r1") is None
@@ -121,7 +122,23 @@ def test_a_stopped_request_goes_back_to_the_head_of_its_batch_without_counting_a
     # the freed worker serves the reserving tenant; t2's stopped request is next of its batch, before r2
     assert farm.pick(QUEUE, "w1", "ebf", "tok2", "cpu", (QUEUE,))[1:3] == ["t1:b", "r0"]
     assert farm.redis.lrange(keys.pending(QUEUE, "t2:flood"), 0, -1)[0].endswith("|r1")
-    assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == []  # its share served: nothing more is stopped
+    assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == ([], [])  # its share served: nothing more is stopped
+
+
+@pytest.mark.parametrize("own_broker", [True, False], ids=["broker-is-the-farms-redis", "broker-elsewhere"])
+def test_a_stopped_request_put_back_has_its_wake_up_token_published_or_named_for_the_caller(farm, own_broker):
+    """With the farm's Redis as the broker the script publishes the put-back request's token, as `enqueue` does;
+    with another broker it names the queue, and the worker sends it (`StageWorker.requeued`), as for a sweep."""
+    d = farm if own_broker else Dispatch(replace(farm.settings, broker_url="amqp://elsewhere//"), farm.redis)
+    broker = Keys(farm.settings.namespace).broker(QUEUE)
+    submit(d, "t2:flood", 2, 1.0)
+    for w in range(2):
+        d.pick(QUEUE, f"w{w}", "ebf", f"tok{w}", "cpu", (QUEUE,))
+    fair_shares.put(d.redis, d.settings.namespace, {"t1": R})
+    submit(d, "t1:b", 1, 9.0)
+    before = d.redis.llen(broker)
+    assert d.preempt(QUEUE, "cpu", (QUEUE,)) == (["w1"], [QUEUE])
+    assert d.redis.llen(broker) - before == (1 if own_broker else 0)
 
 
 def test_without_a_reserved_share_no_notice_is_left_and_nothing_is_stopped(farm):
@@ -132,7 +149,7 @@ def test_without_a_reserved_share_no_notice_is_left_and_nothing_is_stopped(farm)
         farm.pick(QUEUE, f"w{w}", "ebf", f"tok{w}", "cpu", (QUEUE,))
     submit(farm, "t1:b", 1, 9.0)
     assert not farm.redis.exists(keys.queue(QUEUE, QueuePart.notice), keys.reserving)
-    assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == []
+    assert farm.preempt(QUEUE, "cpu", (QUEUE,)) == ([], [])
 
 
 def test_the_reserving_flag_follows_the_shares_as_published_and_put(farm):

@@ -3,11 +3,12 @@
 -- queues of that kind, comma-separated), put each back at the head of its batch, as a lapsed lease is but without
 -- counting a lost worker, and tell its worker (`tell`), which beats at once, finds the lease gone and kills the
 -- request's programs (workers.stage). Run by a busy worker that popped the stage's notice. Returns the
--- workers stopped.
-local stopped = {}
+-- workers stopped, and the queue once per request put back: each needs a wake-up token, which the caller sends
+-- where the broker is not this Redis (as a sweep's requeued queues do; `enqueue` publishes it otherwise).
+local stopped, requeued = {}, {}
 local any = false
 for _, s in pairs(shares_published()) do if s.r then any = true; break end end
-if not any then return stopped end
+if not any then return {stopped, requeued} end
 -- each tenant's requests waiting here, the most urgent tenant first (the stage's EBF order)
 local want, order, seen_t = {}, {}, {}
 for _, bid in ipairs(redis.call('ZRANGE', queue_key(queue, QPART.ebf), 0, -1)) do
@@ -20,7 +21,7 @@ for _, bid in ipairs(redis.call('ZRANGE', queue_key(queue, QPART.ebf), 0, -1)) d
 end
 local wanted = false
 for _, t in ipairs(order) do if share_of(t).r then wanted = true; break end end
-if not wanted then return stopped end
+if not wanted then return {stopped, requeued} end
 local busy = queue_key(queue, QPART.busy)
 local running, use = {}, {}  -- tenant -> {worker, started_at, token}; tenant -> its busy workers here
 local all = redis.call('HGETALL', busy)
@@ -76,6 +77,7 @@ local function stop(worker, token)
   if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. PART.res, rid) == 0 then
     redis.call('HINCRBY', K.counters, 'preempted|' .. queue, 1)  -- farm.protocol.counters
     enqueue(queue, bid, rid, seq, enq_at, true, redis.call('HGET', b, 'key'), nil)
+    requeued[#requeued + 1] = queue
   end
 end
 while true do
@@ -109,4 +111,4 @@ while true do
   kind_use[u] = (kind_use[u] or 0) + 1
   want[u] = want[u] - 1
 end
-return stopped
+return {stopped, requeued}
