@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from farm import registry
+from farm.protocol import counters
 from farm.protocol.calls import MAX_ATTEMPTS, submit_call
 from farm.protocol.dispatch import Dispatch
 from farm.protocol.keys import QueuePart, stamp
@@ -90,6 +91,19 @@ def test_a_request_that_loses_its_worker_again_and_again_fails_alone_as_infra_er
     assert results["poison"].status.value == "infra_error"
     assert f"lost its worker {MAX_ATTEMPTS} times" in results["poison"].message
     assert results["fine"].status.value == "wrong"  # visits no stage: its admission's verdict
+
+
+def test_every_lease_lost_by_an_unfinished_request_is_counted_at_its_stage_and_a_late_one_is_not(settings, reward_client):
+    d = Dispatch(settings.with_(lease_s=0.05))
+    batch = reward_client.open_batch("t", "synthetic", 1)
+    batch.submit("poison", {"times": [1, 0]})
+    for attempt in range(MAX_ATTEMPTS):
+        leased(d, f"t{attempt}")
+        time.sleep(0.1)
+        d.sweep()
+    result = '{"request_id":"poison","batch_id":"%s","status":"ok","reward":1.0}' % batch.id
+    assert d.run(complete_call(batch.id, "poison", "t0", result)) == "lost"
+    assert counters.read(d.redis, settings.namespace).lease_recovered == {COMPILE: MAX_ATTEMPTS}
 
 
 def test_a_worker_heartbeat_keeps_its_lease_while_the_stage_runs_longer_than_the_lease(settings, reward_client, start_workers):

@@ -9,6 +9,7 @@ from importlib import resources
 import pytest
 
 from farm.app import redis_users
+from farm.protocol import counters
 from farm.knobs import SCHEDULERS
 from farm.protocol.keys import ROLL, Keys, Named, QueuePart, spellings
 from farm.protocol.scripts import ALL, SOURCES
@@ -37,6 +38,18 @@ def lua_files() -> list[str]:
 def test_no_script_spells_a_key_by_hand(name):
     source = (resources.files("farm.protocol") / "lua" / name).read_text()
     assert spelled(source) == [], f"{name} spells keys itself; use K, PART, QPART or a *_key function"
+
+
+@pytest.mark.parametrize("name", lua_files())
+def test_no_script_spells_a_counters_field_by_hand(name):
+    source = (resources.files("farm.protocol") / "lua" / name).read_text()
+    fields = [f for f in (counters.LEASE_RECOVERED, counters.PREEMPTED) if f in source]
+    assert fields == [], f"{name} spells {fields} itself; use COUNT_LEASE_RECOVERED or COUNT_PREEMPTED"
+
+
+def test_every_script_gets_the_counters_fields_from_python():
+    assert all(f"local COUNT_LEASE_RECOVERED, COUNT_PREEMPTED = '{counters.LEASE_RECOVERED}', "
+               f"'{counters.PREEMPTED}'" in source for source in SOURCES.values())
 
 
 @pytest.mark.parametrize("lua", ["redis.call('HSET', P .. ':tasks', task, pipeline)", "HGET(b .. ':req', rid)",

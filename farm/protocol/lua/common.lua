@@ -346,6 +346,26 @@ local function abandon_silent(after_s, limit)
   return n
 end
 
+-- Lease `tok` (its record `info`) ends before its request finished: it lapsed (reclaim) or was stopped
+-- (preempt.lua). It leaves the lease index; the request runs again only where `tok` was still its lease, in a
+-- batch still open, with no result yet. Returns the lease's fields, and whether the request runs again.
+local function end_lease(tok, info)
+  redis.call('ZREM', K.leases, tok)
+  redis.call('HDEL', K.lease, tok)
+  local queue, bid, worker, seq, enq_at, rid = parse_lease(info)
+  local lease = {queue = queue, bid = bid, worker = worker, seq = seq, enq_at = enq_at, rid = rid}
+  local b = batch_key(bid)
+  if redis.call('HGET', b .. PART.lease, rid) ~= tok then return lease, false end
+  redis.call('HDEL', b .. PART.lease, rid)
+  return lease, redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. PART.res, rid) == 0
+end
+
+-- The request of an ended lease back at the head of its batch's FIFO at its stage.
+local function put_back(lease)
+  local key = redis.call('HGET', batch_key(lease.bid), 'key')
+  enqueue(lease.queue, lease.bid, lease.rid, lease.seq, lease.enq_at, true, key, nil)
+end
+
 -- Leases whose holder stopped heartbeating go back to the head of their batch's FIFO; a request
 -- that has lost `max_att` workers fails alone as infra_error instead of killing workers forever.
 local function reclaim(limit, max_att)
@@ -354,26 +374,23 @@ local function reclaim(limit, max_att)
   local tokens = redis.call('ZRANGEBYSCORE', K.leases, '-inf', t, 'LIMIT', 0, limit)
   for _, tok in ipairs(tokens) do
     local info = redis.call('HGET', K.lease, tok)
-    redis.call('ZREM', K.leases, tok)
-    redis.call('HDEL', K.lease, tok)
-    if info then
-      local queue, bid, worker, seq, enq_at, rid = parse_lease(info)
-      local b = batch_key(bid)
-      local busy = queue_key(queue, QPART.busy)
-      local held = redis.call('HGET', busy, worker)
-      if held and string.find(held, tok, 1, true) then redis.call('HDEL', busy, worker); release_held() end
-      if redis.call('HGET', b .. PART.lease, rid) == tok then
-        redis.call('HDEL', b .. PART.lease, rid)
-        if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. PART.res, rid) == 0 then
-          redis.call('HINCRBY', K.counters, 'lease_recovered|' .. queue, 1)  -- farm.protocol.counters
-          local att = redis.call('HINCRBY', b .. PART.att, rid, 1)
-          if att >= max_att then
-            local stage = stage_of(queue)
-            finish_here(bid, rid, 'infra_error', 'lost its worker ' .. att .. ' times at stage ' .. stage, stage, tostring(t), nil, true)
-          else
-            enqueue(queue, bid, rid, seq, enq_at, true, redis.call('HGET', b, 'key'), nil)
-            out[#out + 1] = queue
-          end
+    if not info then
+      redis.call('ZREM', K.leases, tok)
+    else
+      local lease, again = end_lease(tok, info)
+      local busy = queue_key(lease.queue, QPART.busy)
+      local held = redis.call('HGET', busy, lease.worker)
+      if held and string.find(held, tok, 1, true) then redis.call('HDEL', busy, lease.worker); release_held() end
+      if again then
+        redis.call('HINCRBY', K.counters, COUNT_LEASE_RECOVERED .. lease.queue, 1)  -- farm.protocol.counters
+        local att = redis.call('HINCRBY', batch_key(lease.bid) .. PART.att, lease.rid, 1)
+        if att >= max_att then
+          local stage = stage_of(lease.queue)
+          finish_here(lease.bid, lease.rid, 'infra_error', 'lost its worker ' .. att .. ' times at stage ' .. stage,
+                      stage, tostring(t), nil, true)
+        else
+          put_back(lease)
+          out[#out + 1] = lease.queue
         end
       end
     end

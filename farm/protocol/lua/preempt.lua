@@ -68,16 +68,11 @@ local function stop(worker, token)
   local info = token and redis.call('HGET', K.lease, token)
   if not info then return end
   tell(token)
-  redis.call('ZREM', K.leases, token)
-  redis.call('HDEL', K.lease, token)
-  local _, bid, _, seq, enq_at, rid = parse_lease(info)
-  local b = batch_key(bid)
-  if redis.call('HGET', b .. PART.lease, rid) ~= token then return end
-  redis.call('HDEL', b .. PART.lease, rid)
-  if redis.call('HGET', b, 'state') == 'open' and redis.call('HEXISTS', b .. PART.res, rid) == 0 then
-    redis.call('HINCRBY', K.counters, 'preempted|' .. queue, 1)  -- farm.protocol.counters
-    enqueue(queue, bid, rid, seq, enq_at, true, redis.call('HGET', b, 'key'), nil)
-    requeued[#requeued + 1] = queue
+  local lease, again = end_lease(token, info)
+  if again then
+    redis.call('HINCRBY', K.counters, COUNT_PREEMPTED .. lease.queue, 1)  -- farm.protocol.counters
+    put_back(lease)
+    requeued[#requeued + 1] = lease.queue
   end
 end
 while true do
