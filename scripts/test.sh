@@ -30,21 +30,37 @@ pip_quiet "${trl_requirements[@]}"
 log "verl's environment"
 # verl in an environment of its own, as a trainer runs it: verl pins ANTLR 4.9 (through hydra and omegaconf), under
 # which math-verify reads some answers differently and the farm's math workers refuse to judge. It sees this
-# environment's packages (torch, the farm) and overrides what verl pins; kept per verl requirements, outside the clone.
+# environment's packages (torch, the farm) and overrides what verl pins. Two parts, outside the clone: verl's
+# packages, installed once per setup.cfg and Python (this environment's packages come from the same setup.cfg, so
+# a new virtualenv, as each CI run makes, reuses them), and per environment a bare one that sees verl's packages,
+# then this environment's.
 read -ra verl_requirements < <(extra verl)
-verl_env="${FARM_VERL_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/reward-farm/verl-$(printf '%s ' "${verl_requirements[@]}" \
-    "$(python3 -c 'import sys; print(sys.prefix)')" | sha1sum | cut -c1-12)}"
-if ! "$verl_env/bin/python" -c 'import verl, farm.integrations.verl' 2>/dev/null; then
-    python3 -m venv "$verl_env"
-    # this environment's package folders, after verl's own: `--system-site-packages` would expose the base
-    # interpreter's, not a virtualenv's (where a new user runs this); addsitedir also runs their .pth files (the
-    # farm's editable install)
-    python3 -c 'import sys; [print(f"import site; site.addsitedir({p!r})") for p in sys.path
-        if p.endswith(("site-packages", "dist-packages"))]' \
-        >"$("$verl_env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/farm-host.pth"
-    "$verl_env/bin/python" -m pip install -q --disable-pip-version-check "${verl_requirements[@]}" 2>&1 |
+verl_cache="${XDG_CACHE_HOME:-$HOME/.cache}/reward-farm"
+verl_packages="$verl_cache/verl-packages-$({ cat setup.cfg; python3 -VV; } | sha1sum | cut -c1-12)"
+verl_env="${FARM_VERL_ENV:-$verl_cache/verl-$(python3 -c 'import sys; print(sys.prefix)' | sha1sum | cut -c1-12)}"
+purelib() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+# see ENV FOLDER...: ENV's python sees the package folders, in order, after its own (`--system-site-packages` would
+# expose the base interpreter's, not a virtualenv's; addsitedir also runs their .pth files: the farm's editable
+# install)
+see() {
+    python3 -c 'import sys; [print(f"import site; site.addsitedir({p!r})") for p in sys.argv[1:]]' "${@:2}" \
+        >"$(purelib "$1")/farm-host.pth"
+}
+read -ra host_folders < <(python3 -c 'import sys; print(*[p for p in sys.path if p.endswith(("site-packages",
+    "dist-packages"))])')
+if [ ! -e "$verl_packages/.installed" ]; then
+    rm -rf "$verl_packages"
+    python3 -m venv "$verl_packages"
+    see "$verl_packages" "${host_folders[@]}"  # what this environment has is not installed again
+    "$verl_packages/bin/python" -m pip install -q --disable-pip-version-check "${verl_requirements[@]}" 2>&1 |
         grep -v -i "running pip as the 'root' user" || true
+    "$verl_packages/bin/python" -c 'import verl, farm.integrations.verl'
+    # the link to this environment goes: another environment's bare one sees these packages, then its own
+    rm "$(purelib "$verl_packages")/farm-host.pth"
+    touch "$verl_packages/.installed"
 fi
+[ -x "$verl_env/bin/python" ] || python3 -m venv --without-pip "$verl_env"
+see "$verl_env" "$(purelib "$verl_packages")" "${host_folders[@]}"
 "$verl_env/bin/python" -c 'import verl; print("verl", verl.__version__)'
 export FARM_VERL_PYTHON="$verl_env/bin/python" FARM_REQUIRE_TRAINERS=1
 
