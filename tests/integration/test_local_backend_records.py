@@ -13,7 +13,8 @@ import pytest
 from farm import events
 from planner.backends import BackendError, WorkerState
 from planner.backends.local import LocalBackend
-from farm.processes import group_members, process_start, worker_nice
+from farm.processes import cmdline, group_members, process_start, worker_nice
+from tests.support.waiting import eventually
 
 STAGE = "synthetic.compile"
 
@@ -42,6 +43,9 @@ def sleeper():
     def start(*args):
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args], start_new_session=True)
         procs.append(p)
+        # Popen returns once the exec is under way; /proc shows the new command line a moment later (an empty
+        # one was read on a loaded machine), and these tests find processes by it
+        eventually(lambda: cmdline(p.pid), 10, interval=0.01, what="the sleeper's command line in /proc")
         return p
 
     yield start
