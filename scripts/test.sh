@@ -31,12 +31,14 @@ log "verl's environment"
 # verl in an environment of its own, as a trainer runs it: verl pins ANTLR 4.9 (through hydra and omegaconf), under
 # which math-verify reads some answers differently and the farm's math workers refuse to judge. It sees this
 # environment's packages (torch, the farm) and overrides what verl pins. Two parts, outside the clone: verl's
-# packages, installed once per setup.cfg and Python (this environment's packages come from the same setup.cfg, so
-# a new virtualenv, as each CI run makes, reuses them), and per environment a bare one that sees verl's packages,
-# then this environment's.
+# packages, installed once per verl requirements, Python and this environment's packages (what pip left out
+# because this environment has it), so a new virtualenv with the same packages (as each CI run makes) reuses them;
+# and per environment a bare one that sees verl's packages, then this environment's.
 read -ra verl_requirements < <(extra verl)
 verl_cache="${XDG_CACHE_HOME:-$HOME/.cache}/reward-farm"
-verl_packages="$verl_cache/verl-packages-$({ cat setup.cfg; python3 -VV; } | sha1sum | cut -c1-12)"
+verl_packages="$verl_cache/verl-packages-$({ printf '%s\n' "${verl_requirements[@]}"; python3 -VV; python3 -c \
+    'import importlib.metadata as m; print(*sorted({f"{d.name}=={d.version}" for d in m.distributions()}))'
+    } | sha1sum | cut -c1-12)"
 verl_env="${FARM_VERL_ENV:-$verl_cache/verl-$(python3 -c 'import sys; print(sys.prefix)' | sha1sum | cut -c1-12)}"
 purelib() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 # see ENV FOLDER...: ENV's python sees the package folders, in order, after its own (`--system-site-packages` would
