@@ -3,9 +3,9 @@
 Every script is `common.lua` plus its own file, behind a generated prelude: the values every call
 carries first (namespace, the history stream's cap, whether the scripts publish wake-up tokens), the
 constants both languages share (the token's task prefix, the request-state fields Lua reads, the
-counters' fields Lua increments, every key: farm.protocol.keys), and the script's own arguments as Lua locals named as in its `Script` here. Python
-builds a call by those same names (`SUBMIT.call(batch=..., request=...)`), so adding or reordering an
-argument is one edit here.
+counters' fields Lua increments, every key: farm.protocol.keys), and the script's own arguments as Lua
+locals named as in its `Script` here. Python builds a call by those same names
+(`SUBMIT.call(batch=..., request=...)`), so adding or reordering an argument is one edit here.
 """
 
 from __future__ import annotations

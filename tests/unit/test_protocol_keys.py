@@ -9,8 +9,8 @@ from importlib import resources
 import pytest
 
 from farm.app import redis_users
-from farm.protocol import counters
 from farm.knobs import SCHEDULERS
+from farm.protocol import counters
 from farm.protocol.keys import ROLL, Keys, Named, QueuePart, spellings
 from farm.protocol.scripts import ALL, SOURCES
 
