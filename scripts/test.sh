@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n== %s\n' "$*" >&2; }
+log() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS" >&2; }  # the script's time so far: where CI's goes
 have() { command -v "$1" >/dev/null 2>&1; }
 apt_ready=""
 apt_install() {
@@ -133,7 +133,7 @@ status=0
 have ip || apt_install iproute2
 ray_log=$(mktemp)
 FARM_REQUIRE_RAY=1 python3 -m tests.support.loopback_ns \
-    python3 -m pytest -q -p no:cacheprovider --timeout 600 -m ray "$@" >"$ray_log" 2>&1 &
+    python3 -m pytest -q -p no:cacheprovider --timeout 600 -m ray --durations=10 "$@" >"$ray_log" 2>&1 &
 ray_pass=$!
 # A test file to a process, one process more than cores (FARM_TEST_PROCESSES): tests that look at the whole machine
 # look only at what they started themselves (a test's sandbox uids, its namespace, its ports).
@@ -148,4 +148,5 @@ cat "$ray_log"
 rm -f "$ray_log"
 # (status 5: the paths given hold no ray test)
 [ "$ray_status" = 0 ] || [ "$ray_status" = 5 ] || status=$ray_status
+log "done, status $status"
 exit "$status"
