@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from farm.pipeline import InvalidInput
-from farm.protocol.keys import QueuePart
+from farm.protocol.keys import QueuePart, members
 
 MAX_BATCH_ID, MAX_TASK = 128, 64  # characters, a tenant's prefix included (farm.store.ingest keys rows by them)
 MAX_REQUEST_ID_BYTES = 1024  # a request id or group, in UTF-8
@@ -69,7 +69,7 @@ _FARM_BATCH = re.compile(rf"(?:{TENANT_PREFIX.pattern})?(?P<name>[A-Za-z0-9_.-]+
 _RESERVED = re.compile(r"t[0-9]+")  # a bare name that is a tenant's prefix: its keys would hold that tenant's
 # a name that is a stage queue's part: the batch's pending list there (`...:l:<id>`) would end as that part's key
 # does, and every tenant's user may write a part over all stages (`%W~<ns>:q:*:ebf`): it could empty the list
-QUEUE_PART_NAMES = frozenset(p for n, p in vars(QueuePart).items() if not n.startswith("_") and p and ":" not in p)
+QUEUE_PART_NAMES = frozenset(p for p in members(QueuePart).values() if p and ":" not in p)
 
 
 def check_batch_name(name: str) -> str:

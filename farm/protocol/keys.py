@@ -89,7 +89,8 @@ class QueuePart:
     notice = "n:"
 
 
-def _members(cls: type) -> dict[str, str]:
+def members(cls: type) -> dict[str, str]:
+    """A part class's parts by name (`Part`, `QueuePart`): what the Lua tables and the id grammar are built from."""
     return {name: value for name, value in vars(cls).items() if not name.startswith("_")}
 
 
@@ -180,12 +181,12 @@ def lua() -> str:
     """The keys in Lua, for the prelude every script runs after (P is the namespace)."""
     named = {name: key.suffix for name, key in NAMED.items()}
     return ("-- the keys (farm/protocol/keys.py)\n" + _lua_table("K", named, prefix="P .. ")
-            + _lua_table("PART", _members(Part)) + _lua_table("QPART", _members(QueuePart))
+            + _lua_table("PART", members(Part)) + _lua_table("QPART", members(QueuePart))
             + "".join(shape.lua(name) for name, shape in SHAPES.items()))
 
 
 def spellings() -> set[str]:
     """Every piece of text a key is spelled with, for the check that no script spells one by hand."""
-    pieces = {key.suffix for key in NAMED.values()} | set(_members(Part).values()) | set(_members(QueuePart).values())
+    pieces = {key.suffix for key in NAMED.values()} | set(members(Part).values()) | set(members(QueuePart).values())
     pieces |= {literal for shape in SHAPES.values() for literal, _ in shape.pieces if literal}
     return pieces - {""}

@@ -49,9 +49,8 @@ class Scope:
     def adopt_batch(self, batch_id: str | None) -> str:
         """For a client that works in the farm's names (the direct client): an id already under the prefix
         is the farm's own, any other is the tenant's name for one."""
-        prefix = self.batch_prefix
-        if isinstance(batch_id, str) and batch_id.startswith(prefix):
-            return prefix + check_batch_name(BATCH.check(batch_id[len(prefix):], MAX_BATCH_ID - len(prefix)))
+        if isinstance(batch_id, str) and batch_id.startswith(self.batch_prefix):
+            return self.batch(batch_id[len(self.batch_prefix):])
         return self.batch(batch_id)
 
     def adopt_task(self, task: str) -> str:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from farm.errors import InvalidInput
 from farm.protocol.ids import BATCH, GROUP, QUEUE_PART_NAMES, REQUEST, TASK, check_cursor, check_farm_batch, check_group
-from farm.protocol.keys import Keys, Part, QueuePart, _members
+from farm.protocol.keys import Keys, Part, QueuePart, members
 from farm.protocol.scope import Scope
 
 NS = "ns"
@@ -32,7 +32,7 @@ def farm_batch_of(tenant: int | None, name: str) -> str | None:
 
 def keys_of(batch_id: str) -> set[str]:
     keys = Keys(NS)
-    return ({keys.batch(batch_id, part) for part in _members(Part).values()}
+    return ({keys.batch(batch_id, part) for part in members(Part).values()}
             | {keys.pending(q, batch_id) for q in QUEUES})
 
 
@@ -41,7 +41,7 @@ def other_keys() -> set[str]:
     keys = Keys(NS)
     named = {getattr(keys, name) for name in ("batches", "seen", "queues", "leases", "lease", "events", "epochs",
                                                "knobs", "counters", "tokens", "limits", "tasks", "seq", "rolls")}
-    queues = {keys.queue(q, part) for q in QUEUES for part in _members(QueuePart).values() if part != QueuePart.pending}
+    queues = {keys.queue(q, part) for q in QUEUES for part in members(QueuePart).values() if part != QueuePart.pending}
     return named | queues | {keys.tenant_open(1), keys.roll(1, "openrlhf"), keys.broker(QUEUES[0])}
 
 
