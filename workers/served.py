@@ -9,7 +9,9 @@ what the worker already holds: no Redis read.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import Sequence
 
 from farm.protocol.scope import tenant_of
 
@@ -37,6 +39,16 @@ class Served:
                  f"reward {'-' if self.reward is None else f'{self.reward:g}'}",
                  f"wait {_seconds(self.wait_s)}", f"service {_seconds(self.service_s)}"]
         return " ".join(parts) + f": {self.reply}"
+
+
+def served_line(served: Sequence[Served]) -> str:
+    """A token's result: the request it was sent for and, where the worker served on (workers.stage), how many
+    more by status and the last of them (Flower's search still finds a batch or a status served on last)."""
+    first, more = str(served[0]), [s for s in served[1:] if s.batch is not None]
+    if not more:
+        return first
+    statuses = ", ".join(f"{status} {n}" for status, n in sorted(Counter(s.status for s in more).items()))
+    return f"{first}; served on {len(more)} more ({statuses}), the last: {more[-1]}"
 
 
 def _seconds(value: float | None) -> str:

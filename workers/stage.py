@@ -1,5 +1,6 @@
 """A stage worker's work for one wake-up token: pick the most urgent pending request of the stage
-(farm.protocol), run the stage through workers.runner, and hand the request on or finish it.
+(farm.protocol), run the stage through workers.runner, and hand the request on or finish it; then serve on
+while requests wait whose tokens no worker has taken (every worker was busy), taking their tokens itself.
 
 One worker serves one stage, one request at a time. A thread in the pool process renews the lease
 of the request being run (and, when its batch was cancelled or its lease lost, tells the stage code and
@@ -31,10 +32,11 @@ from farm.protocol.dispatch import Dispatch
 from farm.protocol.keys import Keys, QueuePart
 from farm.protocol.scripts import Call
 from farm.protocol.state import RequestState
+from farm.protocol.tokens import serves_on
 from farm.results import Result, StageRecord, Status
 from workers.runner import next_stage, run_stage
 from workers.sandbox import live
-from workers.served import Served
+from workers.served import Served, served_line
 
 log = logging.getLogger(__name__)
 FALLBACK_TIMEOUT_S = 3600.0  # hard limit for tokens of a stage this process cannot look up
@@ -136,16 +138,35 @@ class StageWorker:
 
     # ---- one token ----
 
-    def serve(self) -> str:
-        """Serve one wake-up token; what it served, as Flower shows it (workers.served)."""
+    def serve(self, limit_s: float | None = None) -> str:
+        """Serve one wake-up token, then serve on: while requests wait whose tokens no worker has taken yet (all
+        were busy), take the next one's token from the broker's list and serve it here, as long as the token's
+        hard limit `limit_s` leaves it room (farm.protocol.tokens.serves_on). A busy stage's requests then skip
+        Celery's delivery, the pool's round trips and a task's events each; the pick is the same script, so the
+        order (EBF or FCFS, fair shares) is too. What it served, as Flower shows it (workers.served)."""
+        began = time.monotonic()
+        served = [self._serve_one(take_token=False)]
+        while served[-1].batch is not None and self._serves_on(time.monotonic() - began, limit_s):
+            served.append(self._serve_one(take_token=True))
+        return served_line(served)
+
+    def _serves_on(self, elapsed_s: float, limit_s: float | None) -> bool:
+        # only where the scripts publish the tokens (the broker is this Redis): elsewhere they cannot be taken back
+        return (self.dispatch.lua_tokens and not self._stopped.is_set()
+                and serves_on(elapsed_s, limit_s, timeout_for(self.queue, self.dispatch.knobs())))
+
+    def _serve_one(self, take_token: bool) -> Served:
+        """One pick and, if it found a request, its stage run and hand-on. `take_token`: serving on."""
         self.last_active = time.monotonic()
         knobs = self.dispatch.knobs()
         token = uuid.uuid4().hex
         reply = self.dispatch.pick(self.queue, self.name, knobs.scheduler, token, self.stage.resource,
-                                   self.kind_queues)
+                                   self.kind_queues, take_token)
         self.requeued(reply[0], knobs)
         if len(reply) == 1:
-            return str(Served(self.queue, "idle"))  # the request this token announced was cancelled or taken by a recovered token
+            # the request this token announced was cancelled or taken by a recovered token; serving on, no token
+            # was left to take
+            return Served(self.queue, "idle")
         _, batch_id, request_id, enqueued_at, state_raw, payload_raw, task, _pipeline = reply
         state = RequestState.decode(state_raw)
         hold = self.take(Hold(token, batch_id))
@@ -164,7 +185,7 @@ class StageWorker:
             self.hold = None
             self.last_active = time.monotonic()
         finished = time.time()
-        return str(self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome))
+        return self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome)
 
     def take(self, hold: Hold) -> Hold:
         """Hold a request; the heartbeat, perhaps in its long idle wait, moves to the busy cadence at once."""

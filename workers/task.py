@@ -94,7 +94,9 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
               farm_settings=settings, farm_queue=queue, farm_worker=name)
     def stage_token(self) -> str:
         try:
-            return process_worker().serve()
+            # its hard limit: serving on (StageWorker.serve) leaves every request it takes room within it
+            hard = (self.request.timelimit or (None, None))[0]
+            return process_worker().serve(float(hard) if hard else None)
         except RedisError as exc:
             # the token is not lost with the connection: it comes back once Redis answers again
             raise self.retry(exc=exc, countdown=1.0, max_retries=None)

@@ -280,12 +280,14 @@ def sweep_call(abandon_after_s: float | None) -> Call:
 
 
 def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: str, kind: str = "",
-              kind_queues: tuple[str, ...] = ()) -> Call:
+              kind_queues: tuple[str, ...] = (), take_token: bool = False) -> Call:
     """`kind`: the stage's resource kind, `kind_queues`: the stage queues of that kind, where a tenant's cap of
-    the kind counts its workers (farm.protocol.shares); without them no cap applies, shares still do."""
+    the kind counts its workers (farm.protocol.shares); without them no cap applies, shares still do.
+    `take_token`: the worker serves on (workers.stage), so the pick first takes a wake-up token from the broker's
+    list, as Celery would have delivered it, and picks nothing when none is there or the worker is retiring."""
     return PICK.call(queue=queue, mode=scheduler, worker=worker, lease_s=str(lease_s), token=token,
                      reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS), kind=kind,
-                     kind_queues=",".join(kind_queues or (queue,)))
+                     kind_queues=",".join(kind_queues or (queue,)), take_token="1" if take_token else "")
 
 
 def preempt_call(queue: str, lease_s: float, kind: str, kind_queues: tuple[str, ...] = ()) -> Call:

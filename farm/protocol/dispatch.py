@@ -79,8 +79,9 @@ class Dispatch:
         return self.drive(self.exchanges.progress(batch_id))
 
     def pick(self, queue: str, worker: str, scheduler: str, token: str, kind: str = "",
-             kind_queues: tuple[str, ...] = ()):
-        return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token, kind, kind_queues))
+             kind_queues: tuple[str, ...] = (), take_token: bool = False):
+        return self.run(pick_call(queue, worker, scheduler, self.settings.lease_s, token, kind, kind_queues,
+                                  take_token))
 
     def heartbeat(self, token: str, batch_id: str, queue: str = "", worker: str = "", now: float | None = None) -> str:
         """Renew a lease ('lost' or the batch's state); with `queue`, `worker`'s roster beat at `now` in the same

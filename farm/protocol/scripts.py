@@ -64,8 +64,9 @@ OPEN = Script("open", ("batch", "task", "pipeline", "size", "opened_at", "group_
                        "epoch_message"))
 SUBMIT = Script("submit", ("batch", "request", "payload", "state", "first_queue", "at", "result", "arrived_event",
                            "done_event", "group", "limit", "tenant", "most_outstanding"))
+# `take_token` '1': a worker serving on takes the picked request's wake-up token from the broker's list itself
 PICK = Script("pick", ("queue", "mode", "worker", "lease_s", "token", "reclaim_limit", "max_attempts", "kind",
-                       "kind_queues"))
+                       "kind_queues", "take_token"))
 COMPLETE = Script("complete", ("batch", "request", "token", "worker", "queue", "at", "stage_event", "next_queue",
                                "state", "result", "done_event", "limit"))
 # a busy worker's beat: with a `queue`, also its roster entry (`roster.beat`) in the same round trip

@@ -50,10 +50,10 @@ def test_a_busy_workers_task_events_all_arrive_several_to_a_message(reward_clien
     recv, events = receiver
     # subscribed once the worker answers the receiver's wake-up (or beats) with a heartbeat
     wait_for(lambda: any(e["type"] == "worker-heartbeat" and e["hostname"].startswith(w.name) for e in events))
-    batch = reward_client.open_batch("t", "faulty", 8)
-    for i in range(8):
+    for i in range(8):  # one after another: requests that queued up would be served on in fewer tasks
+        batch = reward_client.open_batch("t", "faulty", 1)
         batch.submit(f"r{i}", {"do": "ok"})
-    assert all(r.ok for r in batch.gather(timeout=20))
+        assert all(r.ok for r in batch.gather(timeout=20))
 
     def by_task() -> dict[str, set[str]]:
         seen: dict[str, set[str]] = {}

@@ -33,7 +33,7 @@ from farm.protocol.calls import (
 from farm.protocol.scripts import SOURCES, SUBMIT
 from farm.protocol.state import RequestState
 from farm.protocol.ids import GROUP, REQUEST
-from farm.protocol.tokens import hard_limit, task_name
+from farm.protocol.tokens import hard_limit, serves_on, task_name
 from farm.results import Result, Status
 from workers.pipelines import synthetic
 
@@ -145,6 +145,16 @@ def test_an_estimate_must_be_a_finite_time():
 def test_the_hard_time_limit_sits_above_the_stage_timeout_and_tasks_are_named_by_stage():
     assert hard_limit(1.0) == 6.0 and hard_limit(120.0) == 132.0
     assert task_name("cuda.compile") == "farm.stage.cuda.compile"
+
+
+def test_a_worker_serves_on_only_while_the_next_request_keeps_its_timeout_and_half_the_margin():
+    # a 120 s stage: hard limit 132 s, so a request taken in the loop needs 126 s left
+    assert serves_on(5.9, 132.0, 120.0) and not serves_on(6.1, 132.0, 120.0)
+    assert serves_on(2.4, 6.0, 1.0) and not serves_on(2.6, 6.0, 1.0)  # a 1 s stage: 5 s margin, 3.5 s needed
+
+
+def test_a_token_without_a_hard_limit_serves_no_more_than_its_own_request():
+    assert not serves_on(0.0, None, 1.0)
 
 
 def test_every_script_includes_the_shared_helpers():

@@ -3,6 +3,20 @@
 -- stage queues of that kind, comma-separated, where a tenant's cap counts its workers).
 -- Returns {requeued queues, batch, request, enqueued_at, state, payload, task, pipeline}, or {requeued
 -- queues} when nothing waits (or only tenants at their cap wait: the token is then held, see `release_held`).
+-- A worker serving on (workers.stage) takes the wake-up token of the request it picks from the broker's list, as
+-- Celery would have delivered it to some worker: one token, one pick, as ever. Nothing is picked when the list
+-- holds none (each waiting request's token is in a worker's hands already), when the worker is retiring (it
+-- takes no more requests), or when the broker is not this Redis. Only this stage's tokens are on its list; a
+-- message that is not one goes back where it was.
+if take_token == '1' then
+  if not LUA_TOKENS or redis.call('HEXISTS', queue_key(queue, QPART.leaving), worker) == 1 then return {{}} end
+  local message = redis.call('RPOP', broker_key(queue))
+  if not message then return {{}} end
+  if not string.find(message, '"' .. TASK_PREFIX .. queue .. '"', 1, true) then
+    redis.call('RPUSH', broker_key(queue), message)
+    return {{}}
+  end
+end
 local requeued = reclaim(tonumber(reclaim_limit), tonumber(max_attempts))
 local z = queue_key(queue, mode)  -- a scheduler picks from the order of its name: QPART.ebf or QPART.fcfs
 local fcfs = queue_key(queue, QPART.fcfs)
