@@ -45,11 +45,17 @@ def wait_for(check, timeout_s: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def subscribed(worker, events) -> None:
+    """Once the worker answers the receiver's wake-up, or beats, with a heartbeat: up to EVENT_HEARTBEAT_S after its
+    start when it missed the wake-up, more on a loaded machine."""
+    wait_for(lambda: any(e["type"] == "worker-heartbeat" and e["hostname"].startswith(worker.name) for e in events),
+             30.0)
+
+
 def test_a_busy_workers_task_events_all_arrive_several_to_a_message(reward_client, start_workers, receiver):
     [w] = start_workers("faulty.step", events=True, imports=("farm_test_pipelines",))
     recv, events = receiver
-    # subscribed once the worker answers the receiver's wake-up (or beats) with a heartbeat
-    wait_for(lambda: any(e["type"] == "worker-heartbeat" and e["hostname"].startswith(w.name) for e in events))
+    subscribed(w, events)
     for i in range(8):  # one after another: requests that queued up would be served on in fewer tasks
         batch = reward_client.open_batch("t", "faulty", 1)
         batch.submit(f"r{i}", {"do": "ok"})
@@ -67,3 +73,21 @@ def test_a_busy_workers_task_events_all_arrive_several_to_a_message(reward_clien
     task_events = sum(len(kinds) for kinds in by_task().values())
     other = sum(1 for e in list(events) if not e["type"].startswith("task-"))
     assert recv.messages - other < task_events  # a PUBLISH per event would give as many messages as events
+
+
+def test_a_busy_worker_serves_the_requests_queued_behind_its_token_in_fewer_tasks(reward_client, start_workers,
+                                                                                  receiver):
+    [w] = start_workers("faulty.step", events=True, imports=("farm_test_pipelines",))
+    recv, events = receiver
+    subscribed(w, events)
+    batch = reward_client.open_batch("t", "faulty", 8)
+    batch.submit_many([(f"r{i}", {"do": "ok"}) for i in range(8)])  # queued at once: one worker, eight tokens
+    assert all(r.ok for r in batch.gather(timeout=20))
+
+    def succeeded() -> list[dict]:
+        return [e for e in list(events) if e["type"] == "task-succeeded"]
+
+    # every token was taken once: by a task of its own or by a task that served on
+    wait_for(lambda: succeeded() and all("served on" in e["result"] or "request" in e["result"] for e in succeeded()))
+    served_on = sum(int(e["result"].split("served on ")[1].split()[0]) for e in succeeded() if "served on" in e["result"])
+    assert served_on >= 1 and len(succeeded()) + served_on == 8
