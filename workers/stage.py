@@ -145,18 +145,22 @@ class StageWorker:
         Celery's delivery, the pool's round trips and a task's events each; the pick is the same script, so the
         order (EBF or FCFS, fair shares) is too. What it served, as Flower shows it (workers.served)."""
         began = time.monotonic()
-        served = [self._serve_one(take_token=False)]
-        while served[-1].batch is not None and self._serves_on(time.monotonic() - began, limit_s):
-            served.append(self._serve_one(take_token=True))
-        return served_line(served)
+        served, waiting = self._serve_one(take_token=False, limit_s=limit_s)
+        line = [served]
+        # the hand-on read how many tokens wait on the stage's list: with none, no pick is spent looking
+        while waiting and self._serves_on(time.monotonic() - began, limit_s):
+            served, waiting = self._serve_one(take_token=True, limit_s=limit_s)
+            line.append(served)
+        return served_line(line)
 
     def _serves_on(self, elapsed_s: float, limit_s: float | None) -> bool:
         # only where the scripts publish the tokens (the broker is this Redis): elsewhere they cannot be taken back
-        return (self.dispatch.lua_tokens and not self._stopped.is_set()
+        return (limit_s is not None and self.dispatch.lua_tokens and not self._stopped.is_set()
                 and serves_on(elapsed_s, limit_s, timeout_for(self.queue, self.dispatch.knobs())))
 
-    def _serve_one(self, take_token: bool) -> Served:
-        """One pick and, if it found a request, its stage run and hand-on. `take_token`: serving on."""
+    def _serve_one(self, take_token: bool, limit_s: float | None) -> tuple[Served, bool]:
+        """One pick and, if it found a request, its stage run and hand-on; and whether wake-up tokens waited on the
+        stage's list at the hand-on (read only where the worker may serve on). `take_token`: serving on."""
         self.last_active = time.monotonic()
         knobs = self.dispatch.knobs()
         token = uuid.uuid4().hex
@@ -166,7 +170,7 @@ class StageWorker:
         if len(reply) == 1:
             # the request this token announced was cancelled or taken by a recovered token; serving on, no token
             # was left to take
-            return Served(self.queue, "idle")
+            return Served(self.queue, "idle"), False
         _, batch_id, request_id, enqueued_at, state_raw, payload_raw, task, _pipeline = reply
         state = RequestState.decode(state_raw)
         hold = self.take(Hold(token, batch_id))
@@ -185,7 +189,8 @@ class StageWorker:
             self.hold = None
             self.last_active = time.monotonic()
         finished = time.time()
-        return self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome)
+        return self.complete(knobs, hold, request_id, float(enqueued_at), state, started, finished, outcome,
+                             count_tokens=self._serves_on(0.0, limit_s))  # whether this token may serve on at all
 
     def take(self, hold: Hold) -> Hold:
         """Hold a request; the heartbeat, perhaps in its long idle wait, moves to the busy cadence at once."""
@@ -194,9 +199,11 @@ class StageWorker:
         return hold
 
     def complete(self, knobs: Knobs, hold: Hold, request_id: str, enqueued_at: float, state: RequestState,
-                 started: float, finished: float, outcome: StageOutcome) -> Served:
-        """Hand the request on to its next stage, or finish it here; what was served. Data a stage passes on
-        that is not JSON fails its request alone, as an infra error of this stage."""
+                 started: float, finished: float, outcome: StageOutcome,
+                 count_tokens: bool = False) -> tuple[Served, bool]:
+        """Hand the request on to its next stage, or finish it here; what was served, and (with `count_tokens`)
+        whether wake-up tokens wait on the stage's list, read in the same round trip. Data a stage passes on that
+        is not JSON fails its request alone, as an infra error of this stage."""
         passed = replace(state, carry={**state.carry, **outcome.carry}, details={**state.details, **outcome.details})
         try:
             call, wake = self._handoff(knobs, hold, request_id, enqueued_at, passed, started, finished, outcome)
@@ -204,13 +211,16 @@ class StageWorker:
             outcome = StageOutcome(Status.INFRA_ERROR,
                                    message=f"stage {self.stage.name!r} passed data that is not JSON: {exc}")
             call, wake = self._handoff(knobs, hold, request_id, enqueued_at, state, started, finished, outcome)
-        reply = self.dispatch.run(call)
+        if count_tokens:
+            reply, waiting = self.dispatch.run_and_count(call, self.keys.broker(self.queue))
+        else:
+            reply, waiting = self.dispatch.run(call), 0
         if wake is not None and reply == "next" and not self.dispatch.lua_tokens:
             self.tokens.send(*wake)
         handed_on = wake is not None  # a stage before the last: no status or reward of the request's yet
         status = outcome.status.value if outcome.status else "passed" if handed_on else Status.OK.value
         return Served(self.queue, str(reply), hold.batch, request_id, status,
-                      None if handed_on else outcome.reward, started - enqueued_at, finished - started)
+                      None if handed_on else outcome.reward, started - enqueued_at, finished - started), waiting > 0
 
     def _handoff(self, knobs: Knobs, hold: Hold, request_id: str, enqueued_at: float, state: RequestState,
                  started: float, finished: float, outcome: StageOutcome) -> tuple[Call, tuple[str, float] | None]:

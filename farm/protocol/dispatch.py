@@ -15,7 +15,7 @@ from farm.protocol.ids import check_farm_batch
 from farm.protocol.exchange import Exchanges
 from farm.protocol.flow import Flow, Steps, run
 from farm.protocol.live import LiveState, Progress, inspect
-from farm.protocol.scripts import SOURCES, Call, argv
+from farm.protocol.scripts import SOURCES, Call, argv, pipelined
 from farm.protocol.silence import Touched
 from farm.results import Status
 
@@ -40,6 +40,23 @@ class Dispatch:
 
     def run(self, call: Call):
         return self._scripts[call.script.name](args=argv(self.settings.namespace, self.lua_tokens, call))
+
+    def run_and_count(self, call: Call, listed: str) -> tuple[Any, int]:
+        """A call, and the length of the list `listed` read right after it in the same round trip (a worker handing
+        a request on asks whether wake-up tokens wait on its stage's list: workers.stage, serving on)."""
+        registered = self._scripts[call.script.name]
+        try:
+            return self._counted(registered, call, listed)
+        except redis_lib.exceptions.NoScriptError:  # it did not run: a Redis restarted since the script was loaded
+            registered.sha = self.redis.script_load(registered.script)
+            return self._counted(registered, call, listed)
+
+    def _counted(self, registered: Any, call: Call, listed: str) -> tuple[Any, int]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipelined(registered, self.settings.namespace, call, pipe, self.lua_tokens)
+        pipe.llen(listed)
+        reply, length = pipe.execute()
+        return reply, int(length)
 
     def do(self, op: Any) -> Any:
         """Run one operation of a flow: a script call, or a read of farm state."""

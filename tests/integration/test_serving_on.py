@@ -53,6 +53,24 @@ def test_a_worker_serves_on_the_requests_whose_tokens_no_worker_has_taken(settin
     assert "served on 2 more (ok 2)" in line
 
 
+def test_with_no_token_waiting_at_the_hand_on_no_pick_is_spent_looking_for_one(settings, reward_client, worker):
+    batch = submitted(reward_client, 1)
+    delivered(settings)
+    picks = []
+    pick = worker.dispatch.pick
+    worker.dispatch.pick = lambda *args: picks.append(args) or pick(*args)
+    worker.serve(ROOMY_S)
+    assert batch.progress().done == 1 and len(picks) == 1
+
+
+def test_a_hand_on_counts_the_tokens_even_when_redis_lost_the_script(settings, reward_client, worker):
+    batch = submitted(reward_client, 2)
+    delivered(settings)
+    worker.dispatch._scripts["complete"].sha = "0" * 40  # as after a Redis restart: the first EVALSHA finds nothing
+    line = worker.serve(ROOMY_S)
+    assert batch.progress().done == 2 and "served on 1 more" in line
+
+
 def test_a_request_whose_token_another_worker_holds_is_left_to_that_worker(settings, reward_client, worker):
     batch = submitted(reward_client, 2)
     delivered(settings, 2)  # both tokens delivered: the second is another worker's
