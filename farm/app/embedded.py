@@ -34,7 +34,7 @@ from farm.protocol.live import inspect
 from farm.store import open_store
 from farm.store.knob_store import KnobStore
 from farm.store.recorder import Recorder
-from planner.backends import WorkerState, create
+from planner.backends import Worker, WorkerState, create
 from planner.backends.common import worker_env
 
 log = logging.getLogger(__name__)
@@ -322,17 +322,13 @@ class EmbeddedFarm(Started):
         return not expect_workers or any(row.get("status") for row in rows if isinstance(row, dict))
 
     def _pending_note(self, stages: Sequence[str]) -> str:
-        """Why workers of a cluster backend are not ready: no node has room for what they ask for."""
+        """Why workers of a cluster backend are not ready yet (pending_note)."""
         try:
             pending = [w for w in self._backend.list() if w.stage in stages and w.state is WorkerState.PENDING]
+            unplaceable = self._backend.unplaceable({w.stage for w in pending}) if pending else set()
         except Exception:  # the backend cannot say; the logs can
             return ""
-        if not pending:
-            return ""
-        queues = sorted({w.stage for w in pending})
-        return (f"{len(pending)} worker(s) of {', '.join(queues)} are pending: no node of the cluster has the "
-                f"resources their stage asks for (a GPU stage asks for a GPU; FARM_RAY_RESOURCES overrides it, "
-                f"docs/ray.md); ")
+        return pending_note(pending, unplaceable)
 
     def _retire_all(self, timeout_s: float) -> None:
         self._backend.shutdown()
@@ -404,3 +400,19 @@ class EmbeddedFarm(Started):
         thread = threading.Thread(target=target, args=args, name=f"farm-{name}", daemon=True)
         thread.start()
         self._threads.append(thread)
+
+
+def pending_note(pending: Sequence[Worker], unplaceable: set[str]) -> str:
+    """The pending workers, told apart: those of a stage no node can hold (waiting will not help) and the
+    rest, which wait for room or are still starting (a loaded node starts an actor's process slowly)."""
+    stuck = [w for w in pending if w.stage in unplaceable]
+    waiting = [w for w in pending if w.stage not in unplaceable]
+    note = ""
+    if stuck:
+        note += (f"{len(stuck)} worker(s) of {', '.join(sorted({w.stage for w in stuck}))} are pending: no node "
+                 f"of the cluster has the resources their stage asks for (a GPU stage asks for a GPU; "
+                 f"FARM_RAY_RESOURCES overrides it, docs/ray.md); ")
+    if waiting:
+        note += (f"{len(waiting)} worker(s) of {', '.join(sorted({w.stage for w in waiting}))} are pending: "
+                 f"not placed or not started yet (a node has room for them, or may have once others leave); ")
+    return note

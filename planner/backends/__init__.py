@@ -90,6 +90,11 @@ class Backend(abc.ABC):
         placed workers included (planner.backends.capacity converts resources; FARM_MAX_GPUS / FARM_MAX_CPUS
         bound every backend). A kind absent is one it sees no limit for."""
 
+    def unplaceable(self, stages: Iterable[str]) -> set[str]:
+        """Of `stages`, those whose workers no node could ever hold (what the stage asks for exceeds every
+        node there and every node the cluster may add). A backend that cannot tell names none."""
+        return set()
+
     def reconcile(self) -> list[Worker]:
         """Adopt what a previous daemon left running and reap what died meanwhile; call once on start."""
         return self.list()

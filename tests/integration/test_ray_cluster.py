@@ -312,5 +312,7 @@ def test_an_embedded_farm_whose_workers_find_no_room_says_they_are_pending(tmp_p
     nowhere = {E: Resources(num_cpus=1, custom={"no-such-node": 1})}
     with EmbeddedFarm(settings, backend_kind="ray", ready_timeout_s=5.0,
                       backend_options={"address": ray_cluster.address, "resources": nowhere}) as farm:
-        with pytest.raises(TimeoutError, match=r"1 worker\(s\) of synthetic.execute are pending: no node"):
+        with pytest.raises(TimeoutError, match=r"1 worker\(s\) of synthetic.execute are pending: no node") as raised:
             farm.wait_ready()
+    # a compile worker a loaded node is slow to start is pending too, but never said to find no node
+    assert "compile are pending: no node" not in str(raised.value)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from planner.backends.ray.capacity import ClusterResources, NodeGroup, NodeStartups, cluster_capacity, size_of
+from planner.backends.ray.capacity import (ClusterResources, NodeGroup, NodeStartups, cluster_capacity, holds_one,
+                                           size_of)
 from planner.backends.ray.spec import DEFAULT_RESOURCES, Resources
 
 SIZES = {kind: size_of(r) for kind, r in DEFAULT_RESOURCES.items()}
@@ -109,3 +110,19 @@ def test_node_start_up_is_measured_from_workers_that_waited_for_a_new_node():
     startups.placed(asked_at=400.0, placed_at=401.0, node_joined_at=10.0)  # joined long before
 
     assert startups.seconds == 70.0
+
+
+def test_a_worker_that_fits_a_busy_node_can_be_held_though_no_room_is_free_now():
+    assert holds_one(cluster(available={"head": {}, "gpu": {"GPU": 0.0}, "cpu": {"CPU": 0.0}}), SIZES["gpu"])
+
+
+def test_a_worker_asking_for_a_resource_no_node_has_can_never_be_held():
+    assert not holds_one(cluster(), {"CPU": 1.0, "no-such-node": 1.0})
+
+
+def test_a_worker_too_big_for_every_node_there_fits_a_node_type_the_autoscaler_may_add():
+    big = {"GPU": 8.0}
+
+    assert not holds_one(cluster(), big)
+    assert holds_one(cluster(groups=(NodeGroup({"GPU": 8.0}, 2),)), big)
+    assert not holds_one(cluster(groups=(NodeGroup({"GPU": 8.0}, 0),)), big)  # a group that may run no node

@@ -35,7 +35,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from farm.config import Settings
 from farm.pipeline import RESOURCES
@@ -44,7 +44,7 @@ from planner.backends import Worker, WorkerState, common
 from planner.backends.capacity import DEFAULT_NODE_STARTUP_S, limits_from_env, node_startup_from_env
 from planner.backends.lifecycle import Observed, Retirements, state_of
 from planner.backends.ray.bridge import Bridge
-from planner.backends.ray.capacity import ClusterResources, NodeStartups, cluster_capacity, size_of
+from planner.backends.ray.capacity import ClusterResources, NodeStartups, cluster_capacity, holds_one, size_of
 from planner.backends.ray.spec import DEFAULT_RESOURCES, Resources, options_from_env, ray_namespace, resources_for
 from planner.policy.capacity import Capacity
 
@@ -147,6 +147,17 @@ class RayBackend(Observed):
                 held[kind] = held.get(kind, 0) + 1
         sizes = {kind: size_of(self.resources.get(kind) or DEFAULT_RESOURCES[kind]) for kind in RESOURCES}
         return cluster_capacity(cluster, sizes, held, self.max_resources, self._node_startups.seconds)
+
+    def unplaceable(self, stages: Iterable[str]) -> set[str]:
+        """The stages whose actors' resources exceed every node and node type (a label selector narrows
+        further than this sees: such a stage is not named, and its workers read as waiting)."""
+        cluster = ClusterResources.parse(self._bridge.call("resources"))
+        out = set()
+        for stage in stages:
+            size = size_of(resources_for(stage, self.resource_for(stage), self.resources))
+            if not holds_one(cluster, size):
+                out.add(stage)
+        return out
 
     def close(self) -> None:
         self._bridge.close()

@@ -75,6 +75,15 @@ def _autoscaled(cluster: ClusterResources, size: Mapping[str, float]) -> int | N
     return n if cap is None else min(n, cap)
 
 
+def holds_one(cluster: ClusterResources, size: Mapping[str, float]) -> bool:
+    """Whether some node there, or some node type the autoscaler may add, could hold one worker of `size`
+    (however busy it is now). False only where the size exceeds every node: waiting will not place it."""
+    if fit({}, size) is None:
+        return True  # a worker that holds nothing fits anywhere
+    nodes = [*cluster.total.values(), *(g.resources for g in cluster.groups if g.max_count != 0)]
+    return any((fit(node, size) or 0) >= 1 for node in nodes)
+
+
 def cluster_capacity(cluster: ClusterResources, sizes: Mapping[str, Mapping[str, float]], held: Mapping[str, int],
                      limits: Mapping[str, float], node_startup_s: float) -> Capacity:
     """Per resource kind (`sizes`: kind -> a worker's resources), the workers placeable and at most; `held`
