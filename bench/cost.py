@@ -1,6 +1,7 @@
 """What one judged request costs in CPU: the whole farm against the bare program, same run (issue 34).
 
     python bench/cost.py [--quick] [--rounds 3] [--requests 100] [--cpp-requests 32] [--idle-s 30] [--json]
+                         [--concurrency 8 32] [--workloads py_io humaneval math cpp]
 
 The farm is `farm up --pipeline run_code --pipeline math --workers 2` (its embedded redis-server, the recorder
 in its own process, 2 workers per stage, Flower unless `--no-flower`) and one `farm gateway`, started here on a
@@ -104,7 +105,8 @@ def sides(k: int, with_sf: bool) -> tuple[str, ...]:
 
 
 def run(args) -> dict:
-    sizes = {w: (args.cpp_requests if w == "cpp" else args.requests) for w in WORKLOADS}
+    workloads = tuple(w for w in WORKLOADS if w in args.workloads)
+    sizes = {w: (args.cpp_requests if w == "cpp" else args.requests) for w in workloads}
     farm_ms: dict[tuple[str, int], list[float]] = {}
     net_ms: dict[tuple[str, int], list[float]] = {}
     rps: dict[tuple[str, int], list[float]] = {}
@@ -120,7 +122,7 @@ def run(args) -> dict:
             sf = stack.enter_context(SandboxFusion(args.sandboxfusion.resolve(), args.sandboxfusion_python,
                                                    python_executable(), free_port(), cgroups=not args.proc_only))
         accounting = farm.accounting
-        for w in WORKLOADS:  # warm: imports, the first compile, the gateway's first batches
+        for w in workloads:  # warm: imports, the first compile, the gateway's first batches
             drive(farm, w, 4, 4, "warm")
             if sf and w in SF_WORKLOADS:
                 drive(sf, w, 4, 4, "warm")
@@ -129,7 +131,7 @@ def run(args) -> dict:
         idle_rates, sf_idle = idle(farm, args.idle_s, sf)
         idle_total = sum(idle_rates.values())
         for k in range(0 if args.idle_only else args.rounds):
-            order = WORKLOADS if k % 2 == 0 else tuple(reversed(WORKLOADS))
+            order = workloads if k % 2 == 0 else tuple(reversed(workloads))
             for w in order:
                 for side in sides(k, sf is not None):
                     if side == "bare":
@@ -211,6 +213,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=100, help="per short workload, round and concurrency")
     ap.add_argument("--cpp-requests", type=int, default=32)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS),
+                    help="which workloads to run (default: all)")
     ap.add_argument("--idle-s", type=float, default=30.0)
     ap.add_argument("--idle-only", action="store_true", help="only the idle figure (no rounds)")
     ap.add_argument("--idle-detail", action="store_true", help="also each process's and thread's idle CPU")

@@ -143,7 +143,8 @@ class ResultsBell:
                     for waiter in stream.waiters:
                         waiter.rung.set()
                 await asyncio.sleep(RETRY_S)
-        await self._drop()
+        # the connection stays for the next waiter (a one-sample caller at concurrency 1 leaves none between calls);
+        # one Redis closed meanwhile fails the next XREAD, and the reader connects anew above (a new client id)
 
     def _ring(self, batch_id: str, entries: list) -> None:
         """Wake the batch's waiters whose cursor is before the entry the XREAD returned (its first after where the
