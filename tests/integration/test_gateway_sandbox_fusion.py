@@ -91,3 +91,21 @@ def test_a_retried_run_is_the_same_request(endpoint, settings):
         assert sum(int(r.hget(k, "arrived")) for k in batches) == 1
     finally:
         r.close()
+
+
+def test_a_batchs_samples_after_its_first_do_not_read_its_fields_again(endpoint, monkeypatch):
+    from farm.protocol import exchange
+
+    heads = []
+    real = exchange.reads.progress
+
+    def counted(redis, keys, batch_id):
+        heads.append(batch_id)
+        return real(redis, keys, batch_id)
+    monkeypatch.setattr(exchange.reads, "progress", counted)
+    for i in range(3):  # one rolling batch of 4: the calls come one after another, well within its rollover
+        reply = httpx.post(f"{endpoint}/run_code", json={"code": f"print({i})", "language": "python"}, timeout=30)
+        assert reply.json()["run_result"]["stdout"] == f"{i}\n"
+
+    # the first sample's: the batch not yet open (BatchNotFound), and the open's own two (its reply, its head)
+    assert len(heads) == 3

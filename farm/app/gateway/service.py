@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 # here: a partly filled batch another gateway process opened and left (it died) is sealed this much later than
 # its rollover. Everything else it does is for samples and calls of its own, which wake it.
 IDLE_UPKEEP_S = 30.0
+# Rolling batches whose fields (pipeline, size) a gateway process keeps: a batch's fields never change once it is
+# open, so its samples after the first need not read them (a batch the farm lost since is restored by the submit)
+KNOWN_BATCHES = 1024
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Gateway:
         self._stirred = asyncio.Event()  # a sample joined or a call began to wait: the upkeep has work again
         self._limits: Limits | None = None
         self._roller: Roller | None = None
+        self._known: dict[str, BatchInfo] = {}  # farm id -> a rolling batch's fields, oldest first
 
     # Scripts are made on first use (the client's Redis needs a running loop) and serve every loop: each call
     # passes the loop's connection, which also loads the script there when Redis lacks it.
@@ -260,14 +264,9 @@ class Gateway:
             await self._seal_quietly(caller.scope.batch(joined.seal))
         farm_id = caller.scope.batch(joined.batch_id)
         try:
-            try:
-                batch = await self.client.batch(farm_id)
-            except BatchNotFound:  # this sample's batch is not open yet: it opens it (concurrent openers attach)
-                await self.open(caller, rolling.task, rolling.pipeline, rolling.batch_size, joined.batch_id, None)
-                batch = await self.client.batch(farm_id)
+            info = await self._info(caller, rolling, joined, farm_id)
             try:  # a retried sample is a duplicate: a no-op
-                await AsyncBatch(self.client, replace(batch.info, cap=cap_of(caller))).submit(joined.request_id,
-                                                                                              payload)
+                await AsyncBatch(self.client, replace(info, cap=cap_of(caller))).submit(joined.request_id, payload)
             except BatchClosed:
                 pass  # sealed after this sample joined it (it arrived before, as a retry does): its result is there
         except LimitExceeded:  # refused (open batches or requests outstanding): the sample leaves its batch
@@ -281,6 +280,23 @@ class Gateway:
         except LookupError:  # its batch ended without it: samples to come must not join that batch
             await self.client.call(lambda r: self.roller.roll_past(r, caller.tenant.id, protocol, joined))
             raise
+
+    async def _info(self, caller: Caller, rolling: Rolling, joined: Joined, farm_id: str) -> BatchInfo:
+        """The sample's batch's fields: known from an earlier sample, else read (and the batch opened when it is not
+        yet: concurrent openers attach). Known only for a new sample, which the join put in the tenant's current
+        batch: a retry may name a batch that ended since, which must be opened again within the tenant's limits."""
+        info = None if joined.seen else self._known.get(farm_id)
+        if info is not None:
+            return info
+        try:
+            info = (await self.client.batch(farm_id)).info
+        except BatchNotFound:
+            info = BatchInfo.of(await self.open(caller, rolling.task, rolling.pipeline, rolling.batch_size,
+                                                joined.batch_id, None))
+        self._known[farm_id] = info
+        while len(self._known) > KNOWN_BATCHES:
+            del self._known[next(iter(self._known))]
+        return info
 
     async def _join(self, caller: Caller, protocol: str, rolling: Rolling, key: str,
                     stale: Joined | None = None) -> Joined:
