@@ -82,10 +82,13 @@ class ResultHub:
         try:
             async with self.bell.waiting_on(batch_id, watch.last) as bell:
                 # a watch lives while someone waits; what it read stays for callers that come meanwhile
+                waited = False
                 while watch.waiters and not watch.ended:
                     if time.monotonic() - watch.touched >= TOUCH_EVERY_S:  # callers wait on it: its trainers live
                         await self.client.touch([batch_id])
                         watch.touched = time.monotonic()
+                    if not waited:  # the bell reads on from this watch's cursor: it rings at once for what is there
+                        await bell.wait(MAX_BLOCK_S)
                     reply = await self.client.call(
                         lambda r: reads.results_after(r, keys, batch_id, watch.last, READ_COUNT))
                     read = 0
@@ -102,7 +105,8 @@ class ResultHub:
                                     future.set_result(result)
                     # fewer than asked for: caught up as of that read, so wait for the bell (or the next touch, or
                     # the last caller leaving) without reading again to see nothing; what arrived since rings it
-                    if read < READ_COUNT and watch.waiters and not watch.ended:
+                    waited = read < READ_COUNT and bool(watch.waiters) and not watch.ended
+                    if waited:
                         bell.cursor = stream_id(watch.last)
                         await bell.wait(MAX_BLOCK_S)
             if watch.ended:  # its results expire, or it was cancelled before these arrived: nothing will come
