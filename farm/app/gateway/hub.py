@@ -82,12 +82,13 @@ class ResultHub:
         try:
             async with self.bell.waiting_on(batch_id, watch.last) as bell:
                 # a watch lives while someone waits; what it read stays for callers that come meanwhile
-                waited = False
+                first = True
                 while watch.waiters and not watch.ended:
                     if time.monotonic() - watch.touched >= TOUCH_EVERY_S:  # callers wait on it: its trainers live
                         await self.client.touch([batch_id])
                         watch.touched = time.monotonic()
-                    if not waited:  # the bell reads on from this watch's cursor: it rings at once for what is there
+                    if first:  # the bell reads on from this watch's cursor: it rings at once for what is there
+                        first = False
                         await bell.wait(MAX_BLOCK_S)
                     reply = await self.client.call(
                         lambda r: reads.results_after(r, keys, batch_id, watch.last, READ_COUNT))
@@ -105,8 +106,7 @@ class ResultHub:
                                     future.set_result(result)
                     # fewer than asked for: caught up as of that read, so wait for the bell (or the next touch, or
                     # the last caller leaving) without reading again to see nothing; what arrived since rings it
-                    waited = read < READ_COUNT and bool(watch.waiters) and not watch.ended
-                    if waited:
+                    if read < READ_COUNT and watch.waiters and not watch.ended:
                         bell.cursor = stream_id(watch.last)
                         await bell.wait(MAX_BLOCK_S)
             if watch.ended:  # its results expire, or it was cancelled before these arrived: nothing will come
