@@ -18,8 +18,9 @@ def test_the_async_client_submits_streams_groups_and_cancels(settings, start_wor
     async def scenario():
         async with AsyncRewardClient(settings) as farm:
             batch = await farm.open_batch("t", "synthetic", 3, group_size=2)
-            assert await batch.submit("r0", {"times": [0.01, 0]}, group="a") == "queued"
-            assert await batch.submit("r0", {"times": [0.01, 0]}, group="a") == "duplicate"
+            # r0 runs a second: the batch is still running when r3 finds it full (done, it would say completed)
+            assert await batch.submit("r0", {"times": [1.0, 0]}, group="a") == "queued"
+            assert await batch.submit("r0", {"times": [1.0, 0]}, group="a") == "duplicate"
             with pytest.raises(DuplicateRequest):
                 await batch.submit("r0", {"times": [0.02, 0]})
             await batch.submit("r1", {"times": [0, 0]}, group="a")
