@@ -132,33 +132,30 @@ def test_a_waiter_that_read_a_burst_is_not_rung_again_for_it(redis_url, namespac
     assert run(redis_url, namespace, scenario) == (True, False)
 
 
+async def woken_once(bell, admin, done, batch: str) -> tuple[bool, int | None]:
+    """One waiter on `batch`, woken by one entry, and the client id the bell read it on; then the waiter leaves, and
+    the reader ends with no one waiting."""
+    async with bell.waiting_on(batch, "0-0") as waiter:
+        await asyncio.sleep(0.2)
+        await admin.xadd(done(batch), {"r": "1"})
+        woken, conn_id = await waiter.wait(10), bell._conn_id
+    while not bell._task.done():  # its last XREAD ends by BLOCK_MS, and then the reader, with no one waiting
+        await asyncio.sleep(0.05)
+    return woken, conn_id
+
+
 def test_the_bells_connection_is_kept_for_the_next_waiter(redis_url, namespace):
     async def scenario(bell, admin, done):
-        async with bell.waiting_on("a", "0-0") as waiter:
-            await asyncio.sleep(0.2)
-            await admin.xadd(done("a"), {"r": "1"})
-            await waiter.wait(10)
-        first = bell._conn_id
-        await asyncio.sleep(0.2)  # the reader has ended: no one waits
-        async with bell.waiting_on("b", "0-0") as waiter:
-            await asyncio.sleep(0.2)
-            await admin.xadd(done("b"), {"r": "1"})
-            return first, bell._conn_id, await waiter.wait(10)
-    first, second, woken = run(redis_url, namespace, scenario)
-    assert woken and first == second
+        return await woken_once(bell, admin, done, "a"), await woken_once(bell, admin, done, "b")
+    (woken_a, first), (woken_b, second) = run(redis_url, namespace, scenario)
+    assert woken_a and woken_b and first == second
 
 
 def test_a_waiter_on_a_new_batch_is_woken_after_redis_dropped_the_bells_idle_connection(redis_url, namespace,
                                                                                        monkeypatch):
-    monkeypatch.setattr(bell_module, "BLOCK_MS", 30_000)  # a wake-up sent to the old connection waits this long
-
     async def scenario(bell, admin, done):
-        async with bell.waiting_on("a", "0-0") as waiter:
-            await asyncio.sleep(0.2)
-            await admin.xadd(done("a"), {"r": "1"})
-            await waiter.wait(10)
-        dropped = bell._conn_id
-        await asyncio.sleep(0.2)
+        _, dropped = await woken_once(bell, admin, done, "a")
+        monkeypatch.setattr(bell_module, "BLOCK_MS", 30_000)  # a wake-up sent to the old connection waits this long
         await admin.client_kill_filter(_id=dropped)  # as Redis's `timeout` does to an idle client
         async with bell.waiting_on("a", "0-0"):  # redis-py reconnects the kept connection for the reader's XREAD
             await asyncio.sleep(0.5)

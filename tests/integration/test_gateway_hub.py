@@ -23,7 +23,8 @@ def result(request_id: str) -> dict[str, str]:
     return {"r": json.dumps(Result(request_id, "b", Status.OK, 1.0).to_dict())}
 
 
-def test_a_result_is_read_once_when_others_still_wait_on_the_batch(redis_url, namespace, monkeypatch):
+def counted_reads(monkeypatch) -> list[str]:
+    """The cursors the hub reads its batches' results after, in order."""
     reads = []
     real = hub_module.reads.results_after
 
@@ -31,6 +32,11 @@ def test_a_result_is_read_once_when_others_still_wait_on_the_batch(redis_url, na
         reads.append(args[3])  # the cursor read after
         return real(*args, **options)
     monkeypatch.setattr(hub_module.reads, "results_after", counted)
+    return reads
+
+
+def test_a_result_is_read_once_when_others_still_wait_on_the_batch(redis_url, namespace, monkeypatch):
+    reads = counted_reads(monkeypatch)
 
     async def main():
         admin = aioredis.Redis.from_url(redis_url, decode_responses=True)
@@ -55,17 +61,6 @@ def test_a_result_is_read_once_when_others_still_wait_on_the_batch(redis_url, na
     assert (got_first.request_id, got_second.request_id) == ("r1", "r2")
     # once per result, each after the bell rang: no read of the empty stream first, nor after r1 to find nothing more
     assert len(reads) == 2
-
-
-def counted_reads(monkeypatch) -> list[str]:
-    reads = []
-    real = hub_module.reads.results_after
-
-    def counted(*args, **options):
-        reads.append(args[3])  # the cursor read after
-        return real(*args, **options)
-    monkeypatch.setattr(hub_module.reads, "results_after", counted)
-    return reads
 
 
 def one_at_a_time(redis_url, namespace, steps):
