@@ -7,11 +7,13 @@ from farm.app.gateway.hub import ResultHub, _Watch
 
 
 def idle_since(*times: float | None) -> ResultHub:
+    """Batches b0, b1, ... whose last caller left at these times (None: still followed)."""
     hub = ResultHub(client=None, bell=None)
-    for n, since in enumerate(times):
-        watch = _Watch()
-        watch.idle_since = since
-        hub._watches[f"b{n}"] = watch
+    for n, _ in enumerate(times):
+        hub._watches[f"b{n}"] = _Watch()
+    # the hub notes batches as they go idle, so in the order of their times
+    for since, n in sorted((since, n) for n, since in enumerate(times) if since is not None):
+        hub._idle[f"b{n}"] = since
     return hub
 
 

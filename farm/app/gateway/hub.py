@@ -38,7 +38,6 @@ class _Watch:
         self.task: asyncio.Task | None = None
         self.last = "0-0"
         self.touched = float("-inf")
-        self.idle_since: float | None = None  # when its last caller left (monotonic); None while followed
 
 
 class ResultHub:
@@ -47,6 +46,7 @@ class ResultHub:
     def __init__(self, client: AsyncRewardClient, bell: ResultsBell) -> None:
         self.client, self.bell = client, bell
         self._watches: dict[str, _Watch] = {}
+        self._idle: dict[str, float] = {}  # batch -> when its last caller left (monotonic), the longest idle first
 
     async def wait(self, batch_id: str, request_id: str, timeout: float) -> Result:
         self._forget_idle(time.monotonic())
@@ -58,7 +58,7 @@ class ResultHub:
         future = asyncio.get_running_loop().create_future()
         watch.waiters[request_id].append(future)
         if watch.task is None or watch.task.done():  # a new batch, or one whose reads lingered: read on from there
-            watch.idle_since = None
+            self._idle.pop(batch_id, None)
             watch.task = asyncio.create_task(self._follow(batch_id, watch))
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
@@ -71,10 +71,11 @@ class ResultHub:
 
     def _forget_idle(self, now: float) -> None:
         """Drop the reads of batches no one has waited on for LINGER_S, and the longest idle past LINGER_MAX."""
-        idle = sorted(((w.idle_since, b) for b, w in self._watches.items() if w.idle_since is not None))
-        for n, (since, batch_id) in enumerate(idle):
-            if now - since >= LINGER_S or len(idle) - n > LINGER_MAX:
-                del self._watches[batch_id]
+        while self._idle:
+            batch_id, since = next(iter(self._idle.items()))
+            if now - since < LINGER_S and len(self._idle) <= LINGER_MAX:
+                return
+            del self._idle[batch_id], self._watches[batch_id]
 
     async def _follow(self, batch_id: str, watch: _Watch) -> None:
         keys = self.client.session.keys
@@ -112,7 +113,7 @@ class ResultHub:
             if watch.ended:  # its results expire, or it was cancelled before these arrived: nothing will come
                 self._fail(watch, LookupError(f"batch {batch_id!r} ended without a result for this request"))
             else:  # its last caller left: what was read lingers for the next (no await from the loop's test to here)
-                watch.idle_since, gone = time.monotonic(), False
+                self._idle[batch_id], gone = time.monotonic(), False
         except Exception as exc:  # the farm went away for longer than the client rides out: fail the waiters
             log.warning("stopped following the results of batch %r: %s", batch_id, exc)
             self._fail(watch, exc)
@@ -132,3 +133,4 @@ class ResultHub:
             if watch.task is not None:
                 watch.task.cancel()
         self._watches.clear()
+        self._idle.clear()
