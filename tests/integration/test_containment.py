@@ -57,11 +57,6 @@ def _state(pid: str) -> str:
         return fh.read().rpartition(")")[2].split()[0]
 
 
-def _directories_of(leased: set[int]) -> list[str]:
-    root = sandbox.sandbox_root()
-    if not os.path.isdir(root):  # a fresh machine: the first run creates it
-        return []
-    return [d for d in os.listdir(root) if d.startswith(tuple(f"run-{uid}-" for uid in leased))]
 
 
 @pytest.fixture
@@ -69,21 +64,28 @@ def clean_afterwards(monkeypatch):
     """After the test: no process of the uids its runs were given still runs, no working directory of theirs is
     left, and the same worker process serves the next request."""
     leased: set[int] = set()
+    made: list[str] = []  # this test's runs' working directories (another test process may reuse a uid meanwhile)
 
     def recording(m, lease=uids.lease_uid):
         held = lease(m)
         leased.add(held.uid)
         return held
 
+    class RecordedWorkdir(program._Workdir):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.path)
+
     for module in (program, verifier):
         monkeypatch.setattr(module, "lease_uid", recording)
+    monkeypatch.setattr(program, "_Workdir", RecordedWorkdir)
     yield
     assert leased, "the test ran nothing in the sandbox"
     deadline = time.monotonic() + 5
     while _processes_of(leased) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_of(leased) == []
-    assert _directories_of(leased) == []
+    assert made and [path for path in made if os.path.exists(path)] == []
     assert score(code.pipeline, CANARY).status is Status.OK
 
 
