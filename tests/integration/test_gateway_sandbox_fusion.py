@@ -93,8 +93,13 @@ def test_a_retried_run_is_the_same_request(endpoint, settings):
         r.close()
 
 
-def test_a_batchs_samples_after_its_first_do_not_read_its_fields_again(endpoint, monkeypatch):
+def test_a_batchs_samples_after_its_first_do_not_read_its_fields_again(settings, engine, start_workers, monkeypatch):
     from farm.protocol import exchange
+
+    start_workers("run_code.run")
+    # a rollover far beyond the calls: the batch is not sealed between them (sealing reads its head too)
+    _, token = create_tenant(engine, "one-batch", now=time.time(),
+                             config={"sandbox_fusion": {"batch_size": 4, "rollover_s": 60.0}})
 
     heads = []
     real = exchange.reads.progress
@@ -103,9 +108,11 @@ def test_a_batchs_samples_after_its_first_do_not_read_its_fields_again(endpoint,
         heads.append(batch_id)
         return real(redis, keys, batch_id)
     monkeypatch.setattr(exchange.reads, "progress", counted)
-    for i in range(3):  # one rolling batch of 4: the calls come one after another, well within its rollover
-        reply = httpx.post(f"{endpoint}/run_code", json={"code": f"print({i})", "language": "python"}, timeout=30)
-        assert reply.json()["run_result"]["stdout"] == f"{i}\n"
+    with running_gateway(settings, engine, GatewaySettings(auth_ttl_s=0.0, roll_check_s=0.1)) as base:
+        for i in range(3):  # one rolling batch of 4: the calls come one after another, within its rollover
+            reply = httpx.post(f"{base}/t/{token}/run_code", json={"code": f"print({i})", "language": "python"},
+                               timeout=30)
+            assert reply.json()["run_result"]["stdout"] == f"{i}\n"
 
     # the first sample's: the batch not yet open (BatchNotFound), and the open's own two (its reply, its head)
     assert len(heads) == 3

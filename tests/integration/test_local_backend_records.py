@@ -106,7 +106,8 @@ def test_workers_inherit_the_farms_settings(settings):
     log = backend.dir / f"{worker.name}.log"
     try:
         deadline = time.time() + 20
-        while not log.read_text().strip() and time.time() < deadline:
+        # the whole line: an unbuffered child writes print's pieces one by one
+        while not log.read_text().endswith("\n") and time.time() < deadline:
             time.sleep(0.05)
         assert log.read_text().split(" ", 3)[:3] == [settings.namespace, settings.redis_url, repr(float(settings.lease_s))]
         assert f"'--stage', '{STAGE}', '--name', '{worker.name}'" in log.read_text()
@@ -300,7 +301,8 @@ def test_workers_without_task_events_are_told_so(settings):
     log = backend.dir / f"{worker.name}.log"
     try:
         deadline = time.time() + 20
-        while not log.read_text().strip() and time.time() < deadline:
+        # the whole line: an unbuffered child writes print's pieces one by one
+        while not log.read_text().endswith("\n") and time.time() < deadline:
             time.sleep(0.05)
         assert log.read_text().split() == ["events", "0"]  # `farm worker` reads it as --no-events
     finally:
