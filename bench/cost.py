@@ -21,7 +21,8 @@ run with plain `subprocess` here (`python3 -E -s -S main.py` with the stdin; `g+
 RUSAGE_CHILDREN. A farm window runs from the first request to the last answer plus `--settle-s` (the
 recorder's writes land after the answer), gross: the farm's idle CPU in it is counted (the JSON's `net_ms`
 takes it out). Rounds alternate the order of farm and bare and of the workloads; figures are medians of rounds.
-Idle: the farm's CPU per second over `--idle-s` with nothing submitted, after the warm-up.
+Idle: the farm's CPU per second over `--idle-s` with nothing submitted, once the warm-up's batches are done (the
+gateway seals a rolling batch when no sample came for its rollover) and `--settle-s` more.
 
 `--sandboxfusion DIR --sandboxfusion-python PY` also runs the real SandboxFusion server (a checkout and a Python with
 its dependencies, which the operator provides: bench.cost_sf) and sends it the same `/run_code` workloads in the
@@ -127,6 +128,7 @@ def run(args) -> dict:
             if sf and w in SF_WORKLOADS:
                 drive(sf, w, 4, 4, "warm")
             bare_ms(w, 2)
+        farm.wait_idle()  # the warm-up's rolling batches seal once no sample came for their rollover
         time.sleep(args.settle_s)
         idle_rates, sf_idle = idle(farm, args.idle_s, sf)
         idle_total = sum(idle_rates.values())

@@ -81,6 +81,7 @@ class Farm(Started):
         wait_for(lambda: self.procs["up"].poll() is None and b"the farm is up" in log.read_bytes()
               or self._died("up"), "farm up")
         endpoint = json.loads((self.data / "endpoint.json").read_text())
+        self.redis_url = endpoint["redis_url"]
         engine = open_store(Settings(redis_url=endpoint["redis_url"], data_dir=str(self.data)))
         try:
             _, self.token = create_tenant(engine, "bench", now=time.time())
@@ -100,6 +101,23 @@ class Farm(Started):
             for pid, placed in self._where(snap).items():
                 if not placed.kind.startswith("sandbox:"):
                     self.groups.move(pid, placed.role)
+
+    def wait_idle(self, timeout_s: float = 120.0) -> float:
+        """Wait until the farm has no active batch (the gateway's rolling batches of the last calls sealed, for
+        want of samples, and done): from then on it is idle, with nothing to sweep. Returns the seconds waited."""
+        import redis as redis_lib
+
+        from farm.config import Settings
+        from farm.protocol.keys import Keys
+
+        started, keys = time.monotonic(), Keys(Settings().namespace)
+        client = redis_lib.Redis.from_url(self.redis_url)
+        try:
+            wait_for(lambda: client.zcard(keys.batches) == 0 and client.zcard(keys.seen) == 0, "an idle farm",
+                     timeout_s)
+        finally:
+            client.close()
+        return time.monotonic() - started
 
     @property
     def accounting(self) -> str:

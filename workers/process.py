@@ -34,8 +34,11 @@ RESULT_WAIT_S = 2.0
 # Celery's worker heartbeat event (Celery's default 2 s): Flower's only use of it is to show the worker online, which
 # it does for two periods after the last one; the farm's own liveness is the roster (workers.stage's beats). Each one
 # wakes the worker, Redis and Flower (a PUBLISH of 800 bytes, decoded there): at 2 s, six idle workers cost Flower
-# alone about 2 ms of CPU a second. A worker killed hard shows as offline in Flower 20 s later rather than 4 s.
-EVENT_HEARTBEAT_S = 10.0
+# alone about 2 ms of CPU a second, and at 10 s the six still cost the farm about 1 ms a second (the worker's event
+# loop, Redis, Flower's receiver). A worker killed hard shows as offline in Flower a minute later rather than 4 s; one
+# that stops (retired, or its warm shutdown) says so at once, and the farm's own views (`farm status`, the metrics)
+# go by the roster.
+EVENT_HEARTBEAT_S = 30.0
 # How long a worker's task events wait to go to Flower together. Celery buffers them and publishes what one turn of
 # its event loop sent as one message, but a turn sends one event, so each request cost three PUBLISH round trips
 # (received, started, succeeded), each one a message kombu builds here and Flower decodes there. Once per this

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery import Celery
 
@@ -62,12 +62,21 @@ def timeout_for(queue: str, knobs: Knobs) -> float:
 NOTICE_WAIT_MIN_S = 0.01  # shorter waits sleep: BLPOP takes 0 as "for ever"
 
 
-def beat_intervals(lease_s: float) -> tuple[float, float]:
-    """The heartbeat's period while a request is held (its lease renewed; a cancel or a stop is told at once, by
-    the lease's notice, and seen within half a second even when the notice is lost) and while idle (only the
-    roster's `seen`, which must stay within a lease: three beats per lease)."""
+class Cadence(NamedTuple):
+    """How often the heartbeat goes (seconds): `busy` while a request is held (its lease renewed; a cancel or a
+    stop is told at once, by the lease's notice, and seen within half a second even when the notice is lost);
+    `idle` while idle on a farm with leases or open batches (three beats per lease keep the sweeps' pace); `quiet`
+    while idle on an idle farm, where only the roster's entry needs keeping (three beats per `roster.fresh_s`)."""
+
+    busy: float
+    idle: float
+    quiet: float
+
+
+def beat_intervals(lease_s: float) -> Cadence:
     busy = min(lease_s / 3, 0.5)
-    return busy, max(busy, lease_s / 3)
+    idle = max(busy, lease_s / 3)
+    return Cadence(busy, idle, max(idle, roster.fresh_s(lease_s) / 3))
 
 
 class Hold:
@@ -95,11 +104,11 @@ class Hold:
 
 
 def next_beat(last_beat: float, hold: Hold | None, busy: float, idle: float) -> float:
-    """When the heartbeat is due (monotonic). Idle, `idle` after the last beat. Holding a request, `busy` after
-    the last beat or the pick, whichever came later: the pick just took a fresh lease on a batch it found
-    open and noted the worker seen, which is all a beat does, so a request served in less than the busy
-    period costs no beat; and never later than the idle cadence, which keeps the roster and the sweeps going
-    for a worker that serves one short request after another."""
+    """When the heartbeat is due (monotonic). Idle, `idle` (the idle or the quiet cadence) after the last beat.
+    Holding a request, `busy` after the last beat or the pick, whichever came later: the pick just took a fresh
+    lease on a batch it found open and noted the worker seen, which is all a beat does, so a request served in
+    less than the busy period costs no beat; and never later than the idle cadence, which keeps the roster and
+    the sweeps going for a worker that serves one short request after another."""
     if hold is None:
         return last_beat + idle
     return min(last_beat + idle, max(last_beat, hold.picked) + busy)
@@ -247,11 +256,12 @@ class StageWorker:
                         finished_at=finished, details=state.details)
         return finish_call(result, hold.token, self.name, self.queue, stage_event), None
 
-    def wake_if_pending(self) -> None:
-        """Idle for a lease time while requests wait: their tokens were lost (a client died between
-        enqueue and publish, or a worker was killed holding an unpicked token, which the Redis broker
-        only redelivers after its visibility timeout), so send one; a token too many costs an empty pick."""
-        if roster.waiting(self.dispatch.redis, self.keys, self.queue):
+    def wake_if_pending(self, waiting: int) -> None:
+        """Idle for a lease time while requests wait (`waiting` batches, as the beat read): their tokens were lost
+        (a client died between enqueue and publish, or a worker was killed holding an unpicked token, which the
+        Redis broker only redelivers after its visibility timeout), so send one; a token too many costs an empty
+        pick."""
+        if waiting:
             self.tokens.send(self.queue, timeout_for(self.queue, self.dispatch.knobs()))
 
     def requeued(self, queues, knobs: Knobs) -> None:
@@ -293,7 +303,9 @@ class StageWorker:
             return False
 
     def _beat(self) -> None:
-        busy, idle = beat_intervals(self.settings.lease_s)
+        cadence = beat_intervals(self.settings.lease_s)
+        busy = cadence.busy
+        idle = cadence.idle  # until a beat found the farm idle: a worker starts on the pace of a farm at work
         sweep_every = max(self.settings.lease_s / 2, busy)
         last_sweep = 0.0
         last_beat = time.monotonic()
@@ -308,8 +320,9 @@ class StageWorker:
                 self._nudge.clear()
                 if self._stopped.is_set():
                     return
-            # idle, a beat every third of a lease keeps the worker on the roster; a hold taken meanwhile
-            # nudges the wait down to the busy cadence, so its lease and cancellation are watched as before
+            # idle, a beat every third of a lease (of a lease on an idle farm) keeps the worker on the roster; a
+            # hold taken meanwhile nudges the wait down to the busy cadence, so its lease and cancellation are
+            # watched as before
             elif self._nudge.wait(wait_s):
                 self._nudge.clear()
                 if self._stopped.is_set():
@@ -322,14 +335,17 @@ class StageWorker:
             try:
                 sweepable = True  # holding a request, this worker's own lease is there to sweep
                 if hold is None:
-                    sweepable = roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
+                    found = roster.beat(self.dispatch.redis, self.keys, self.queue, self.name, time.time())
+                    sweepable = found.sweepable
+                    if time.monotonic() - self.last_active > self.settings.lease_s:
+                        self.last_active = time.monotonic()
+                        self.wake_if_pending(found.waiting)
                 elif self.dispatch.heartbeat(hold.token, hold.batch, self.queue, self.name, time.time()) != "open":
                     hold.lose()  # cancelled batch or lost lease: its result is discarded
-                if hold is None and time.monotonic() - self.last_active > self.settings.lease_s:
-                    self.last_active = time.monotonic()
-                    self.wake_if_pending()
                 # an idle farm (no lease, no open batch) has nothing to sweep: its beat saw so, and the sweep's
-                # two round trips (the knobs, the script) are skipped; the next beat looks again
+                # two round trips (the knobs, the script) are skipped, and the next beat comes a lease later, not a
+                # third (a batch opened meanwhile is served at once: its tokens wake the worker, not the beat)
+                idle = cadence.idle if sweepable else cadence.quiet
                 if sweepable and time.monotonic() - last_sweep >= sweep_every:
                     last_sweep = time.monotonic()
                     self.requeued(self.dispatch.sweep(), self.dispatch.knobs())

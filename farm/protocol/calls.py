@@ -29,6 +29,7 @@ from farm.knobs import Knobs
 from farm.pipeline import InvalidInput, Pipeline
 from farm.protocol.ids import REQUEST, TASK, check_farm_batch, check_group, shown
 from farm.protocol.keys import stamp
+from farm.protocol.roster import fresh_s
 from farm.protocol.scripts import (
     ABANDON,
     CANCEL,
@@ -287,13 +288,15 @@ def pick_call(queue: str, worker: str, scheduler: str, lease_s: float, token: st
     list, as Celery would have delivered it, and picks nothing when none is there or the worker is retiring."""
     return PICK.call(queue=queue, mode=scheduler, worker=worker, lease_s=str(lease_s), token=token,
                      reclaim_limit=str(RECLAIM_LIMIT), max_attempts=str(MAX_ATTEMPTS), kind=kind,
-                     kind_queues=",".join(kind_queues or (queue,)), take_token="1" if take_token else "")
+                     kind_queues=",".join(kind_queues or (queue,)), take_token="1" if take_token else "",
+                     roster_s=str(fresh_s(lease_s)))
 
 
 def preempt_call(queue: str, lease_s: float, kind: str, kind_queues: tuple[str, ...] = ()) -> Call:
     """Stop the running requests a reserving tenant waiting at `queue` takes back (farm.protocol.shares.preempted);
     `kind` and `kind_queues` as for `pick_call`."""
-    return PREEMPT.call(queue=queue, kind=kind, kind_queues=",".join(kind_queues or (queue,)), lease_s=str(lease_s))
+    return PREEMPT.call(queue=queue, kind=kind, kind_queues=",".join(kind_queues or (queue,)),
+                        roster_s=str(fresh_s(lease_s)))
 
 
 def lapse_call(worker: str, queue: str) -> Call:

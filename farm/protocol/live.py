@@ -13,6 +13,7 @@ from farm.errors import BatchNotFound
 from farm.knobs import Knobs
 from farm.protocol.keys import Keys, QueuePart, text
 from farm.protocol.live_knobs import knobs_now
+from farm.protocol.roster import fresh_s
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class RegisteredWorker:
     name: str
     last_seen: float
     busy: str | None  # the request it runs, None when idle
-    alive: bool  # seen within the lease time
+    alive: bool  # seen within roster.fresh_s
 
     @property
     def idle(self) -> bool:
@@ -110,8 +111,8 @@ def inspect_batches(redis, settings: Settings) -> tuple[Progress, ...]:
 
 
 def serving(seen_at: float, now: float, settings: Settings) -> bool:
-    """A registered worker serves its stage while its heartbeat is younger than the lease."""
-    return now - seen_at <= settings.lease_s
+    """A registered worker serves its stage while its last beat is younger than `roster.fresh_s`."""
+    return now - seen_at <= fresh_s(settings.lease_s)
 
 
 def inspect(redis, settings: Settings, queues: list[str] | None = None, now: float | None = None,
@@ -160,7 +161,7 @@ class QueueDepth:
     queue: str
     pending: int
     running: int
-    workers: int  # registered and seen within the lease time
+    workers: int  # registered and seen within roster.fresh_s
 
 
 def depths(redis, settings: Settings, now: float | None = None) -> dict[str, QueueDepth]:

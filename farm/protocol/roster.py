@@ -1,6 +1,7 @@
 """A stage's roster of workers in Redis (`Keys.queue(q, QueuePart.seen)`): a worker enters when Celery says it
-is ready, stays by its heartbeat and leaves when it shuts down; `live.inspect` reads it back (a worker serves
-while its last beat is younger than the lease) and the backends learn from it which workers take requests.
+is ready, stays by its heartbeat and leaves when it shuts down, or when its backend saw it die (`lapse.lua`);
+`live.inspect` reads it back (a worker serves while its last beat is younger than `fresh_s`) and the backends learn
+from it which workers take requests.
 
 Functions of a redis-py client; the workers and the backends call them, so the roster is written here only
 (the scripts also note a worker seen when it picks, renews its lease (a busy worker's beat, `Dispatch.heartbeat`)
@@ -9,11 +10,21 @@ or completes, and `Dispatch.forget_worker` drops a retired one).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from farm import events
 from farm.protocol import stream
 from farm.protocol.keys import Keys, QueuePart
+
+# An entry counts its worker as serving for this many leases after its last beat: three of the beats an idle worker
+# sends on an idle farm, where it beats once a lease (workers.stage.beat_intervals) rather than three times.
+FRESH_LEASES = 3
+
+
+def fresh_s(lease_s: float) -> float:
+    """How long after its last beat a worker still counts as serving its stage (here, in `live` and in the
+    scripts' fair shares, `stage_workers`); a worker that died unseen by its backend is counted this long."""
+    return FRESH_LEASES * lease_s
 
 
 def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
@@ -26,14 +37,23 @@ def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> Non
     pipe.execute()
 
 
-def beat(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> bool:
-    """The worker is alive at `now`; and whether a sweep could find anything (`Dispatch.sweep`), in the same
-    round trip: it gives back lapsed leases, which are all in `leases`, and abandons silent batches, all open
-    ones in `seen`, so with both empty (an idle farm) it has nothing to do."""
+class Beat(NamedTuple):
+    """What an idle worker's beat learnt: whether a sweep could find anything (`Dispatch.sweep`: it gives back
+    lapsed leases, which are all in `leases`, and abandons silent batches, all open ones in `seen`, so with both
+    empty, an idle farm, it has nothing to do), and how many batches wait at the worker's stage."""
+
+    sweepable: bool
+    waiting: int
+
+
+def beat(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> Beat:
+    """The worker is alive at `now`; and what `Beat` tells, in the same round trip."""
     pipe = redis.pipeline(transaction=False)
     pipe.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
     pipe.exists(keys.leases, keys.seen)
-    return bool(pipe.execute()[1])
+    pipe.zcard(keys.queue(queue, QueuePart.ebf))
+    _, sweepable, waiting = pipe.execute()
+    return Beat(bool(sweepable), int(waiting))
 
 
 def retiring(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
@@ -47,11 +67,6 @@ def leave(redis: Any, keys: Keys, queue: str, worker: str) -> None:
     pipe.hdel(keys.queue(queue, QueuePart.seen), worker)
     pipe.hdel(keys.queue(queue, QueuePart.leaving), worker)
     pipe.execute()
-
-
-def waiting(redis: Any, keys: Keys, queue: str) -> int:
-    """How many batches have requests waiting in the stage (both of its orders hold the same batches)."""
-    return int(redis.zcard(keys.queue(queue, QueuePart.ebf)))
 
 
 def last_beats(redis: Any, keys: Keys, workers: Iterable[tuple[str, str]]) -> list[str | None]:

@@ -65,8 +65,9 @@ OPEN = Script("open", ("batch", "task", "pipeline", "size", "opened_at", "group_
 SUBMIT = Script("submit", ("batch", "request", "payload", "state", "first_queue", "at", "result", "arrived_event",
                            "done_event", "group", "limit", "tenant", "most_outstanding"))
 # `take_token` '1': a worker serving on takes the picked request's wake-up token from the broker's list itself
+# `roster_s`: how long after its last beat a worker counts among the stage's workers (farm.protocol.roster.fresh_s)
 PICK = Script("pick", ("queue", "mode", "worker", "lease_s", "token", "reclaim_limit", "max_attempts", "kind",
-                       "kind_queues", "take_token"))
+                       "kind_queues", "take_token", "roster_s"))
 COMPLETE = Script("complete", ("batch", "request", "token", "worker", "queue", "at", "stage_event", "next_queue",
                                "state", "result", "done_event", "limit"))
 # a busy worker's beat: with a `queue`, also its roster entry (`roster.beat`) in the same round trip
@@ -79,7 +80,7 @@ ABANDON = Script("abandon", ("worker", "queue", "at", "status", "message"))
 TOUCH = Script("touch", ("batches",))  # a trainer's sign of life for its batches (farm.protocol.silence)
 LAPSE = Script("lapse", ("worker", "queue"))  # a worker seen dead: its lease lapses now (planner.backends)
 # a busy worker that popped its stage's notice: stop requests a reserving tenant's share takes back (shares.preempted)
-PREEMPT = Script("preempt", ("queue", "kind", "kind_queues", "lease_s"))
+PREEMPT = Script("preempt", ("queue", "kind", "kind_queues", "roster_s"))
 # many submits in one call: `count`, then each request's SUBMIT arguments in turn (see _submit_many)
 SUBMIT_MANY = Script("submit_many", ("count",))
 # the gateway's (farm.app.gateway): a tenant's limits, and its rolling batches of one sample per call

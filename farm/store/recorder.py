@@ -44,9 +44,10 @@ CHECK_EVERY_S = 5.0  # how often the stream's fill is looked at (and, when high,
 GATHER_S = 0.25  # after a wake-up, how long entries are let in before they are drained in one chunk
 # How long a drained recorder's wait for the next entry blocks. An entry ends it at once, and a stop does too
 # (`wake`: CLIENT UNBLOCK of the waiting connection), so it is only how often an idle recorder and its Redis wake
-# for nothing (at 1 s, most of the recorder's idle CPU), and how late a stop is seen where the unblock fails. It
-# stays under redis-py's default socket timeout (5 s), past which the client would give up on the reply.
-BLOCK_MS = 4_000
+# for nothing (at 1 s, most of the recorder's idle CPU), and how late a stop is seen where the unblock fails. The
+# waiting connection's socket timeout outlasts it by WAIT_SLACK_S (redis-py's default, 5 s, would end it first).
+BLOCK_MS = 30_000
+WAIT_SLACK_S = 5.0
 
 
 # built once: every chunk runs them, and building a statement costs more than its cached compile
@@ -59,6 +60,19 @@ def next_id(entry_id: str) -> str:
     """The smallest stream id after `entry_id` (XTRIM MINID keeps ids >= it)."""
     ms, _, seq = entry_id.partition("-")
     return f"{ms}-{int(seq or 0) + 1}"
+
+
+def waiting_client(redis: redis_lib.Redis, socket_timeout_s: float) -> redis_lib.Redis:
+    """A client of one connection to `redis`'s server, as `redis` connects (address, credentials, TLS), whose
+    replies may take `socket_timeout_s`: a blocking read's, which the pool's own timeout would cut short."""
+    pool = redis.connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items()
+              if k != "maint_notifications_pool_handler"}  # bound to the pool it came from
+    kwargs["socket_timeout"] = socket_timeout_s
+    if "orig_socket_timeout" in kwargs:  # what redis-py restores the timeout to after a maintenance window
+        kwargs["orig_socket_timeout"] = socket_timeout_s
+    return redis_lib.Redis(connection_pool=redis_lib.ConnectionPool(connection_class=pool.connection_class, **kwargs),
+                           single_connection_client=True)
 
 
 class Recorder:
@@ -249,7 +263,8 @@ class Recorder:
         """Drain until `stop` is set; a store or Redis outage is logged and retried, never fatal."""
         pending = True
         while not stop.is_set():
-            self._maybe_check()
+            if pending:  # a wait that ended empty added nothing to the stream: its fill is as last looked at
+                self._maybe_check()
             try:
                 if pending and self.drain_chunk() >= self.chunk:
                     continue
@@ -269,7 +284,7 @@ class Recorder:
     def _wait(self, after: str) -> Any:
         """The next entry after `after` (without taking it), or nothing once `block_ms` passed or `wake` ended it."""
         if self._waiter is None:
-            self._waiter = redis_lib.Redis(connection_pool=self.redis.connection_pool, single_connection_client=True)
+            self._waiter = waiting_client(self.redis, self.block_ms / 1000 + WAIT_SLACK_S)
         if self._waiter_id is None:
             self._waiter_id = int(self._waiter.client_id())
         if self._stopping:
@@ -293,5 +308,6 @@ class Recorder:
         """Close the Redis client if the recorder made it (a client passed in stays open)."""
         if self._waiter is not None:
             self._waiter.close()
+            self._waiter.connection_pool.disconnect()  # its own pool (waiting_client): no one else closes it
         if self._owns_redis:
             self.redis.close()

@@ -152,6 +152,18 @@ def test_the_lease_of_a_worker_its_backend_saw_die_lapses_at_once(settings, rewa
     assert lives.lapse("dead", COMPILE) is False  # given back once: the worker holds nothing now
 
 
+def test_a_worker_its_backend_saw_die_leaves_its_stages_roster_at_once(settings):
+    from planner.backends.common import Lives
+
+    d = Dispatch(settings)
+    seen, leaving = d.keys.queue(COMPILE, QueuePart.seen), d.keys.queue(COMPILE, QueuePart.leaving)
+    d.redis.hset(seen, mapping={"dead": repr(time.time()), "alive": repr(time.time())})
+    d.redis.hset(leaving, "dead", repr(time.time()))
+    Lives(redis.Redis.from_url(settings.redis_url), settings.namespace, "local").lapse("dead", COMPILE)
+    assert not d.redis.hexists(leaving, "dead")
+    assert [w.name for w in d.inspect([COMPILE]).stages[COMPILE].workers] == ["alive"]
+
+
 def test_a_gone_worker_that_held_nothing_changes_no_lease(settings, reward_client):
     from planner.backends.common import Lives
 

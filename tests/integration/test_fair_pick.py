@@ -117,6 +117,30 @@ def test_a_flooding_tenant_over_its_share_yields_the_free_worker_to_the_other(fa
     assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t1:b1"
 
 
+def stale(farm, workers, leases: float) -> None:
+    """The roster's entries of `workers` beat `leases` lease times ago."""
+    keys = Keys(farm.settings.namespace)
+    for w in workers:
+        farm.redis.hset(keys.queue(QUEUE, QueuePart.seen), w, repr(time.time() - leases * farm.settings.lease_s))
+
+
+IDLE_THREE = [f"{QUEUE}-w{w}" for w in (2, 3, 4)]  # lay_out's roster of 4 where one worker is busy
+
+
+def test_an_idle_worker_that_beat_two_leases_ago_still_counts_among_the_workers_to_divide(farm):
+    # of 4 workers t2 holds 1, under its half: its more urgent batch is served (of 2, t1's would be)
+    lay_out(farm, [("t2", 1.0), ("t1", 9.0)], {"t2": 1}, {}, 4, {})
+    stale(farm, IDLE_THREE, 2.0)  # an idle worker on an idle farm beats once a lease: two missed beats
+    assert expected([("t2", 1.0), ("t1", 9.0)], {"t2": 1}, {}, 1, {}) == "t1:b1"
+    assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t2:b0"
+
+
+def test_an_idle_worker_silent_past_the_rosters_freshness_no_longer_counts(farm):
+    lay_out(farm, [("t2", 1.0), ("t1", 9.0)], {"t2": 1}, {}, 4, {})
+    stale(farm, IDLE_THREE, roster.FRESH_LEASES + 0.5)
+    assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t1:b1"
+
+
 def test_with_one_tenant_waiting_the_pick_is_plain_ebf(farm):
     lay_out(farm, [("t2", 5.0), ("t2", 1.0)], {"t2": 3}, {}, 4, {})
     assert farm.pick(QUEUE, "free", "ebf", "tok", "cpu", (QUEUE,))[1] == "t2:b1"

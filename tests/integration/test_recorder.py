@@ -358,3 +358,39 @@ def test_an_idle_recorder_waits_long_for_entries_yet_a_woken_stop_ends_its_wait_
         recorder.wake()
         thread.join(timeout=15)
         recorder.close()
+
+
+def test_the_recorders_wait_for_an_entry_may_outlast_the_clients_socket_timeout(settings):
+    from farm.store.recorder import waiting_client
+
+    shared = redis.Redis.from_url(settings.redis_url, socket_timeout=1.0)
+    waiter = waiting_client(shared, 4.0)
+    try:
+        started = time.monotonic()
+        assert waiter.xread({f"{settings.namespace}:nothing-here": "0-0"}, count=1, block=2_000) == []
+        assert time.monotonic() - started >= 1.9  # the shared client's own timeout would have cut it at 1 s
+        with pytest.raises(redis.TimeoutError):
+            shared.xread({f"{settings.namespace}:nothing-here": "0-0"}, count=1, block=2_000)
+    finally:
+        waiter.close()
+        waiter.connection_pool.disconnect()
+        shared.close()
+
+
+def test_an_idle_recorder_does_not_look_at_the_streams_fill_after_every_empty_wait(settings, engine, monkeypatch):
+    monkeypatch.setattr("farm.store.recorder.CHECK_EVERY_S", 0.0)  # due on every turn of the loop
+    recorder = Recorder(settings, engine, block_ms=100)
+    checks = []
+    real = recorder.check_stream
+    recorder.check_stream = lambda *a, **k: checks.append(time.monotonic()) or real(*a, **k)
+    stop = threading.Event()
+    thread = threading.Thread(target=recorder.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        stop.wait(1.5)  # about 15 empty waits
+        assert len(checks) == 1  # the first turn's, before anything was drained
+    finally:
+        stop.set()
+        recorder.wake()
+        thread.join(timeout=15)
+        recorder.close()

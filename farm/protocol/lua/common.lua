@@ -174,15 +174,16 @@ local function busy_by_tenant(queues)
 end
 
 -- The stage's workers to divide between tenants, as the replay counts a pool's idle and busy ones: those busy,
--- and those on its roster that beat within a lease time (a dead one's entry stays until pruned), are not busy
--- and have not begun their warm shutdown (QPART.leaving: they take no more requests).
-local function stage_workers(queue, lease_s)
+-- and those on its roster that beat within `fresh_s` (roster.fresh_s; the entry of one that died unseen by its
+-- backend stays until then, lapse.lua drops one seen dead), are not busy and have not begun their warm shutdown
+-- (QPART.leaving: they take no more requests).
+local function stage_workers(queue, fresh_s)
   local busy = queue_key(queue, QPART.busy)
   local leaving = queue_key(queue, QPART.leaving)
   local t, idle = now(), 0
   local seen = redis.call('HGETALL', queue_key(queue, QPART.seen))
   for i = 1, #seen, 2 do
-    if t - (tonumber(seen[i + 1]) or 0) < lease_s and redis.call('HEXISTS', busy, seen[i]) == 0
+    if t - (tonumber(seen[i + 1]) or 0) < fresh_s and redis.call('HEXISTS', busy, seen[i]) == 0
         and redis.call('HEXISTS', leaving, seen[i]) == 0 then
       idle = idle + 1
     end

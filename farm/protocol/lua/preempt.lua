@@ -36,7 +36,7 @@ for i = 1, #all, 2 do
 end
 local kind_use = busy_by_tenant(split(kind_queues, ','))
 local held_for = reserving(queue, seen_t)
-local workers = stage_workers(queue, tonumber(lease_s))
+local workers = stage_workers(queue, tonumber(roster_s))
 -- the tenants waiting, running or reserving here share the workers (shares.preempted)
 local present, in_present = {}, {}
 local function add(t) if not in_present[t] then in_present[t] = true; present[#present + 1] = t end end
