@@ -109,7 +109,7 @@ def test_an_idle_worker_beats_every_third_of_a_lease_while_a_batch_is_open(slow_
     slow_worker.dispatch.redis.zadd(slow_worker.keys.seen, {"a-batch": time.time()})
     slow_worker.dispatch.sweep = lambda: []  # the open batch is a stand-in: nothing to abandon
     times = beat_times(slow_worker, 6.5, monkeypatch)
-    assert len(times) >= 5
+    assert len(times) >= 4  # 6 at 1 s each (a loaded machine may slip one); the quiet cadence beats at 1 and 4 s
 
 
 @pytest.fixture
@@ -166,7 +166,8 @@ def test_a_beat_that_finds_the_batch_cancelled_stops_the_stage_and_kills_its_san
 
 def test_a_notice_for_the_held_lease_makes_the_beat_come_at_once_not_at_the_busy_period(worker, monkeypatch):
     w, renewed = worker
-    monkeypatch.setattr("workers.stage.beat_intervals", lambda lease_s: Cadence(30.0, 30.0, 30.0))  # only a notice wakes it
+    # only a notice wakes it
+    monkeypatch.setattr("workers.stage.beat_intervals", lambda lease_s: Cadence(30.0, 30.0, 30.0))
     w.dispatch.heartbeat = lambda token, batch, *beat: renewed.set() or "cancelled"
     hold = Hold("token", "batch")
     w.start()

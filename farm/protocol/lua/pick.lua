@@ -60,7 +60,8 @@ local function fair_pick(members)
     if s.cap[kind] ~= nil then kind_use = busy_by_tenant(split(kind_queues, ',')); break end
   end
   -- the picking worker is one of them, even if its last beat is older than `roster_s`
-  local workers = math.max(stage_workers(queue, tonumber(roster_s)), redis.call('HLEN', queue_key(queue, QPART.busy)) + 1)
+  local workers = math.max(stage_workers(queue, tonumber(roster_s)),
+                          redis.call('HLEN', queue_key(queue, QPART.busy)) + 1)
   local total = 0
   for _, t in pairs(shares) do total = total + t.w end  -- the capped ones count too: their share stays theirs
   local open_t, under, n_under = {}, {}, 0
