@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import proc_cpu  # noqa: E402
-from bench.cost_farm import Farm, free_port  # noqa: E402
+from bench.cost_farm import Farm, exit_on_signals, free_port  # noqa: E402
 from bench.cost_load import WORKLOADS, bare_ms, drive, python_executable  # noqa: E402
 from bench.cost_sf import SandboxFusion  # noqa: E402
 
@@ -240,6 +240,7 @@ def main() -> None:
     if args.quick:
         args.rounds, args.requests, args.cpp_requests, args.idle_s = 1, 40, 16, 10.0
     os.environ.setdefault("TMPDIR", tempfile.gettempdir())
+    exit_on_signals()
     out = run(args)
     if args.json:
         print(json.dumps(out))

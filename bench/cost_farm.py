@@ -31,6 +31,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP end this bench as Ctrl-C does, through its `with` blocks: the farms and servers it started
+    run in sessions of their own (so that a Ctrl-C in the terminal reaches the bench only, which stops them in
+    order), and no signal to the bench reaches them, so a bench ended by `timeout` or a closed terminal left them
+    running, idle but skewing every later measurement on the machine. Call it from the main thread."""
+    def leave(signum, _frame) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, leave)
+
+
 def wait_for(check, what: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cost import window  # noqa: E402
-from bench.cost_farm import ROOT, Farm  # noqa: E402
+from bench.cost_farm import ROOT, Farm, exit_on_signals  # noqa: E402
 from bench.cost_load import drive  # noqa: E402
 from bench.redis_commands import counted_commands  # noqa: E402
 
@@ -90,6 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.requests < 1 or args.rounds < 1 or args.concurrency < 1:
         ap.error("--requests, --rounds and --concurrency must be at least 1")
+    exit_on_signals()
     report = run(args)
     if args.json:
         print(json.dumps(report, indent=2))
