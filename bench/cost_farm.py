@@ -17,7 +17,7 @@ from bench import proc_cpu
 from bench.cpu_groups import CpuGroups, available
 from bench.dispatch import gateway_serving
 from bench.proc_cpu import Placed
-from farm.processes import Started
+from farm.processes import Started, popen_tethered
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = ("run_code", "math")
@@ -31,11 +31,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def spawn(argv: list[str], **kwargs) -> subprocess.Popen:
+    """A farm process or server of the bench: in a session of its own, so that a Ctrl-C in the terminal reaches the
+    bench only, which stops them in order; and tethered to the bench (farm.processes.popen_tethered): no signal to
+    the bench reaches their session, so however the bench dies (a `timeout`, a `kill -9`) they are sent SIGTERM
+    then, and no leftover farm skews later measurements."""
+    return popen_tethered(argv, start_new_session=True, **kwargs)
+
+
 def exit_on_signals() -> None:
-    """SIGTERM and SIGHUP end this bench as Ctrl-C does, through its `with` blocks: the farms and servers it started
-    run in sessions of their own (so that a Ctrl-C in the terminal reaches the bench only, which stops them in
-    order), and no signal to the bench reaches them, so a bench ended by `timeout` or a closed terminal left them
-    running, idle but skewing every later measurement on the machine. Call it from the main thread."""
+    """SIGTERM and SIGHUP end this bench as Ctrl-C does, through its `with` blocks, so that what it started is
+    stopped in order and its data directories and CPU groups are removed too (a bench that dies otherwise still
+    ends its processes: `spawn`). Call it from the main thread."""
     def leave(signum, _frame) -> None:
         raise SystemExit(128 + signum)
 
@@ -77,9 +84,8 @@ class Farm(Started):
 
     def _start(self, name: str, *args: str) -> None:
         with open(self.data / f"bench-{name}.log", "wb") as log:
-            self.procs[name] = subprocess.Popen([sys.executable, "-m", "farm.app.cli", *args], env=self.env,
-                                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                cwd=self.code, start_new_session=True)
+            self.procs[name] = spawn([sys.executable, "-m", "farm.app.cli", *args], env=self.env, stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.code)
 
     def start(self) -> None:
         from farm.config import Settings

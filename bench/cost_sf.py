@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 from bench import proc_cpu
-from bench.cost_farm import wait_for
+from bench.cost_farm import spawn, wait_for
 from bench.cpu_groups import CpuGroups, available
 from bench.proc_cpu import Placed
 from farm.processes import Started
@@ -69,9 +69,8 @@ class SandboxFusion(Started):
         env = {**os.environ, "FARM_BENCH_SF_RUNTIME": str(runtime)}
         env.pop("PYTHONPATH", None)
         with open(self.home / "server.log", "wb") as log:
-            self.proc = subprocess.Popen([self.python, "-c", SERVE, str(self.port)], cwd=self.checkout, env=env,
-                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = spawn([self.python, "-c", SERVE, str(self.port)], cwd=self.checkout, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if self.groups is not None:
             self.groups.move(self.proc.pid, ROLE)  # before it forks anything: its whole tree follows
         wait_for(self._answers, f"SandboxFusion (its log: {self.home / 'server.log'})", 180.0)
