@@ -140,7 +140,10 @@ def register(app: Celery, settings: Settings, queue: str, name: str) -> Task:
     @signals.worker_ready.connect(weak=False)
     def announce(**_: Any) -> None:
         d = Dispatch(settings)
-        roster.announce(d.redis, d.keys, queue, name, time.time())
+        gone = roster.announce(d.redis, d.keys, queue, name, time.time(), settings.lease_s)
+        if gone:
+            log.info("farm worker %s: the roster of %s dropped %d workers silent for %.0f s or more: %s", name, queue,
+                     len(gone), roster.prune_s(settings.lease_s), ", ".join(gone[:10]))
         d.close()
 
     @signals.worker_shutdown.connect(weak=False)

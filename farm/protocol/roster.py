@@ -27,14 +27,44 @@ def fresh_s(lease_s: float) -> float:
     return FRESH_LEASES * lease_s
 
 
-def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> None:
+# An entry this many freshness horizons old is dropped when another worker of its stage announces itself: its worker
+# died unseen by any backend (one its backend saw die leaves at once, `lapse.lua`). A worker that was only stuck that
+# long comes back with its next beat.
+PRUNE_FRESH = 10
+
+
+def prune_s(lease_s: float) -> float:
+    """How long after its last beat a worker's entry may be dropped from the roster (`announce`)."""
+    return PRUNE_FRESH * fresh_s(lease_s)
+
+
+def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float, lease_s: float) -> list[str]:
     """A worker ready to take the stage's requests: its stage is known, it is on the roster and in the history
-    (`worker_ready`), in one round trip."""
+    (`worker_ready`), in one round trip. Workers replace workers, so this is when the roster sheds the entries
+    of those that died unseen (`prune_s`), which would otherwise stay for good (a second round trip, only then):
+    returns their names."""
+    seen = keys.queue(queue, QueuePart.seen)
     pipe = redis.pipeline(transaction=False)
     pipe.sadd(keys.queues, queue)
-    pipe.hset(keys.queue(queue, QueuePart.seen), worker, repr(now))
+    pipe.hset(seen, worker, repr(now))
     stream.append(pipe, keys, events.encode("worker_ready", worker=worker, stage=queue, at=now))
-    pipe.execute()
+    pipe.hgetall(seen)
+    entries = pipe.execute()[-1]
+    # a beat that does not parse is as old as can be: that entry tells nothing of a live worker
+    gone = sorted(name for name, beat in entries.items() if now - _beat_at(beat) >= prune_s(lease_s))
+    if gone:
+        pipe = redis.pipeline(transaction=False)
+        pipe.hdel(seen, *gone)
+        pipe.hdel(keys.queue(queue, QueuePart.leaving), *gone)
+        pipe.execute()
+    return gone
+
+
+def _beat_at(raw: Any) -> float:
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        return float("-inf")
 
 
 class Beat(NamedTuple):
