@@ -13,6 +13,8 @@
   `farm worker` processes (one `code.fetch_tests`, `--workers` `code.run`), until the last result is
   back: requests per second; the same solutions scored one after another in this process
   (`workers.runner.score`) as the baseline. Needs Redis (FARM_REDIS_URL or 127.0.0.1:6379) and root.
+- `--batches N`: N batches of the 164 one after another through each fresh farm (default 1), each a sample: on a
+  2-core machine shared with other work, one batch's figure varies by 20 % from round to round.
 - `--baseline DIR`: the same figures for another checkout of the farm (the code before a change, e.g.
   `git worktree add /tmp/farm-before <commit>`), in the same run: rounds alternate this code and that one
   (its own `bench/sandbox.py` for the overhead, its workers for the farm), and the report gives each side's
@@ -140,7 +142,9 @@ def _spawn(queue: str, name: str, env: dict, root: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def through_farm(workers: int, redis_url: str, root: Path = ROOT) -> dict:
+def through_farm(workers: int, redis_url: str, root: Path = ROOT, batches: int = 1) -> dict:
+    """The 164 solutions through fresh workers of `root`'s checkout, `batches` times one after another: requests
+    per second of each batch, and their median (`requests_per_s`)."""
     import redis
 
     from farm.client.sync import RewardClient
@@ -159,15 +163,21 @@ def through_farm(workers: int, redis_url: str, root: Path = ROOT) -> dict:
                 raise RuntimeError("the bench's workers did not start")
             time.sleep(0.1)
         payloads = _humaneval_payloads()
+        each, scored_one, seconds = [], True, 0.0
         with RewardClient(settings) as client:
-            started = time.perf_counter()
-            batch = client.open_batch("bench-humaneval", "code", len(payloads))
-            for pid, payload in payloads:
-                batch.submit(pid, payload)
-            results = batch.gather(timeout=600)
-            elapsed = time.perf_counter() - started
-        return {"requests": len(results), "run_workers": workers, "seconds": round(elapsed, 2),
-                "requests_per_s": round(len(results) / elapsed, 2), "all_scored_one": all(x.reward == 1.0 for x in results)}
+            for b in range(batches):
+                started = time.perf_counter()
+                batch = client.open_batch(f"bench-humaneval-{b}", "code", len(payloads))
+                for pid, payload in payloads:
+                    batch.submit(pid, payload)
+                results = batch.gather(timeout=600)
+                elapsed = time.perf_counter() - started
+                each.append(round(len(results) / elapsed, 2))
+                seconds += elapsed
+                scored_one = scored_one and len(results) == len(payloads) and all(x.reward == 1.0 for x in results)
+        return {"requests": len(payloads) * batches, "run_workers": workers, "seconds": round(seconds, 2),
+                "requests_per_s": round(statistics.median(each), 2), "batches_requests_per_s": each,
+                "all_scored_one": scored_one}
     finally:
         for p in procs:
             try:
@@ -190,8 +200,9 @@ def overhead_of(checkout: Path, runs: int) -> dict:
     return json.loads(done.stdout)["overhead"]
 
 
-def paired(baseline: Path, rounds: int, runs: int, workers: int, redis_url: str, farm: bool) -> dict:
-    """Rounds alternating this code and the baseline; medians per side and this code's ratios."""
+def paired(baseline: Path, rounds: int, runs: int, workers: int, redis_url: str, farm: bool, batches: int = 1) -> dict:
+    """Rounds alternating this code and the baseline; medians per side and this code's ratios. Each batch through
+    a round's farm is a sample of its own."""
     sides: dict[str, dict[str, list[float]]] = {"this": {}, "baseline": {}}
 
     def note(side: str, key: str, value: float) -> None:
@@ -208,8 +219,9 @@ def paired(baseline: Path, rounds: int, runs: int, workers: int, redis_url: str,
                 if "cpu_p50_ms" in o[name]["sandbox"]:  # a baseline from before the CPU figure has none
                     note(side, f"{name}_cpu_p50_ms", o[name]["sandbox"]["cpu_p50_ms"])
             if farm:
-                f = through_farm(workers, redis_url, ROOT if side == "this" else baseline)
-                note(side, "humaneval_requests_per_s", f["requests_per_s"])
+                f = through_farm(workers, redis_url, ROOT if side == "this" else baseline, batches)
+                for rate in f["batches_requests_per_s"]:
+                    note(side, "humaneval_requests_per_s", rate)
                 note(side, "humaneval_all_scored_one", float(f["all_scored_one"]))
     medians = {side: {k: round(statistics.median(v), 2) for k, v in figures.items()} for side, figures in sides.items()}
     ratios = {k: round(medians["this"][k] / medians["baseline"][k], 3)
@@ -226,15 +238,20 @@ def main() -> None:
     ap.add_argument("--redis-url", default=os.environ.get("FARM_REDIS_URL", "redis://127.0.0.1:6379/0"))
     ap.add_argument("--baseline", type=Path, help="another checkout of the farm to compare with, round by round")
     ap.add_argument("--rounds", type=int, default=3, help="paired rounds with --baseline (default 3)")
+    ap.add_argument("--batches", type=int, default=1,
+                    help="batches of the 164 through each fresh farm, one after another (default 1); each a sample")
     args = ap.parse_args()
+    if args.batches < 1:
+        ap.error("--batches must be at least 1")
     if args.baseline:
-        report = paired(args.baseline.resolve(), args.rounds, args.runs, args.workers, args.redis_url, not args.no_farm)
+        report = paired(args.baseline.resolve(), args.rounds, args.runs, args.workers, args.redis_url, not args.no_farm,
+                        args.batches)
         print(json.dumps(report, indent=2 if args.json else None))
         return
     report = {"mode": sandbox.mode(), "runs": args.runs, "overhead": overhead(args.runs),
               "humaneval_in_process": in_process()}
     if not args.no_farm:
-        report["humaneval_farm"] = through_farm(args.workers, args.redis_url)
+        report["humaneval_farm"] = through_farm(args.workers, args.redis_url, batches=args.batches)
     if args.json:
         print(json.dumps(report, indent=2))
         return
