@@ -13,6 +13,7 @@ and 90th percentiles in ms. Needs root (the full sandbox).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -45,16 +46,20 @@ def _marking(marks: list[tuple[str, float]], fn: Callable[..., Any], mark: str) 
     return marked
 
 
+def owner_of(module: str, attribute: str) -> tuple[Any, str]:
+    """Where a marked function lives (its module or class) and its name there."""
+    owner: Any = importlib.import_module(module)
+    *path, name = attribute.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, name
+
+
 def install(marks: list[tuple[str, float]]) -> Callable[[], None]:
     """Wraps the marked functions; returns what puts them back."""
-    import importlib
-
     undo = []
-    for module_name, attribute, mark in MARKED:
-        owner: Any = importlib.import_module(module_name)
-        *path, name = attribute.split(".")
-        for part in path:
-            owner = getattr(owner, part)
+    for module, attribute, mark in MARKED:
+        owner, name = owner_of(module, attribute)
         original = getattr(owner, name)
         setattr(owner, name, _marking(marks, original, mark))
         undo.append((owner, name, original))

@@ -53,10 +53,7 @@ def announce(redis: Any, keys: Keys, queue: str, worker: str, now: float, lease_
     # a beat that does not parse is as old as can be: that entry tells nothing of a live worker
     gone = sorted(name for name, beat in entries.items() if now - _beat_at(beat) >= prune_s(lease_s))
     if gone:
-        pipe = redis.pipeline(transaction=False)
-        pipe.hdel(seen, *gone)
-        pipe.hdel(keys.queue(queue, QueuePart.leaving), *gone)
-        pipe.execute()
+        leave(redis, keys, queue, *gone)
     return gone
 
 
@@ -92,10 +89,11 @@ def retiring(redis: Any, keys: Keys, queue: str, worker: str, now: float) -> Non
     redis.hset(keys.queue(queue, QueuePart.leaving), worker, repr(now))
 
 
-def leave(redis: Any, keys: Keys, queue: str, worker: str) -> None:
+def leave(redis: Any, keys: Keys, queue: str, *workers: str) -> None:
+    """The workers are off the stage's roster, their warm shutdown's mark with them; one round trip."""
     pipe = redis.pipeline(transaction=False)
-    pipe.hdel(keys.queue(queue, QueuePart.seen), worker)
-    pipe.hdel(keys.queue(queue, QueuePart.leaving), worker)
+    pipe.hdel(keys.queue(queue, QueuePart.seen), *workers)
+    pipe.hdel(keys.queue(queue, QueuePart.leaving), *workers)
     pipe.execute()
 
 

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 from bench import judge_path
 
-
-def _resolve(module: str, attribute: str):
-    owner = importlib.import_module(module)
-    *path, name = attribute.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    return owner, name
+_resolve = judge_path.owner_of
 
 
 def test_every_function_the_bench_marks_exists():
