@@ -1,13 +1,15 @@
 """Where a function problem's judgement spends its wall time, step by step, in this process (issue 34: with two workers
 on two cores, the wall time a request holds its worker bounds the farm's throughput, not the CPU it costs).
 
-    python bench/judge_path.py [--judgements 120] [--json]
+    python bench/judge_path.py [--judgements 120] [--cold] [--json]
 
 Judges HumanEval's canonical solutions one after another (`workers.judge.function.judge`, every one must score ok),
 timing the steps between marks set around the sandbox's own functions: the working directory, uid and cgroup; the
 response's launch (bubblewrap's start, the moves into the run's cgroup); the tests' fork; the wait for the verdict (the
 response's interpreter starting and loading the solution, the tests running); and ending the response's sandbox. Medians
-and 90th percentiles in ms. Needs root (the full sandbox).
+and 90th percentiles in ms. A judgement whose response takes a warm sandbox (`workers.sandbox.warm`: started on another
+thread while the judgement before ran) has no launch on its path; `warm_judgements` counts them, and `--cold` turns warm
+sandboxes off (`FARM_SANDBOX_WARM=0`) for the figures before. Needs root (the full sandbox).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -31,13 +34,18 @@ MARKED = (("workers.sandbox.launch", "Launch.start", "launch"),
           ("workers.sandbox.verifier", "_read_until", "verdict"),
           ("workers.sandbox.program", "Spawned._end", "end"))
 STEPS = {"start -> launch>": "workdir, uid and cgroup", "launch> -> launch<": "the response's launch",
+         "start -> verdict>": "a warm sandbox's files and hand-over, the tests' fork",
          "launch< -> verdict>": "the tests' fork", "verdict> -> verdict<": "until the verdict",
          "verdict< -> end>": "the verdict read", "end> -> end<": "ending the response's sandbox",
          "end< -> done": "the cleanup"}
 
 
 def _marking(marks: list[tuple[str, float]], fn: Callable[..., Any], mark: str) -> Callable[..., Any]:
+    judging = threading.get_ident()  # a warm sandbox's launch, on the warmer's thread, is off the judgement's path
+
     def marked(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != judging:
+            return fn(*args, **kwargs)
         marks.append((mark + ">", time.perf_counter()))
         try:
             return fn(*args, **kwargs)
@@ -83,7 +91,7 @@ def measure(judgements: int) -> dict[str, Any]:
     marks: list[tuple[str, float]] = []
     undo = install(marks)
     samples: dict[str, list[float]] = {}
-    totals = []
+    totals, warm = [], 0
     try:
         for i in range(judgements):
             p = store.raw(ids[i % len(ids)])
@@ -95,11 +103,12 @@ def measure(judgements: int) -> dict[str, Any]:
             if verdict.status != "ok":
                 raise SystemExit(f"{ids[i % len(ids)]}: {verdict.status}: {verdict.message[:300]}")
             totals.append((marks[-1][1] - marks[0][1]) * 1000)
+            warm += not any(mark == "launch>" for mark, _ in marks)
             for key, ms in steps(marks).items():
                 samples.setdefault(key, []).append(ms)
     finally:
         undo()
-    report = {"judgements": judgements, "total_ms": _summary(totals), "steps": {}}
+    report = {"judgements": judgements, "warm_judgements": warm, "total_ms": _summary(totals), "steps": {}}
     for key, name in STEPS.items():
         if key in samples:
             report["steps"][name] = _summary(samples[key])
@@ -116,17 +125,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--judgements", type=int, default=120, help="canonical solutions judged (default 120)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--cold", action="store_true", help="no warm sandboxes: every response's sandbox on the path")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/judge_path.py needs root: the full sandbox")
     if args.judgements < 1:
         ap.error("--judgements must be at least 1")
+    if args.cold:
+        from workers.sandbox import warm
+
+        os.environ[warm.ENV] = "0"
     report = measure(args.judgements)
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{report['judgements']} judgements; a judgement's wall time p50 {report['total_ms']['p50_ms']} ms "
-          f"(p90 {report['total_ms']['p90_ms']})")
+    print(f"{report['judgements']} judgements ({report['warm_judgements']} warm); a judgement's wall time "
+          f"p50 {report['total_ms']['p50_ms']} ms (p90 {report['total_ms']['p90_ms']})")
     for name, figures in report["steps"].items():
         print(f"  {name:32s} p50 {figures['p50_ms']:7.2f} ms   p90 {figures['p90_ms']:7.2f} ms")
 

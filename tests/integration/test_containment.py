@@ -14,7 +14,7 @@ from farm.results import Status
 from workers import sandbox
 from workers.pipelines import code
 from workers.runner import score
-from workers.sandbox import program, uids, verifier
+from workers.sandbox import program, remains, uids, verifier, warm
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root")]
 
@@ -81,6 +81,9 @@ def clean_afterwards(monkeypatch):
     monkeypatch.setattr(program, "_Workdir", RecordedWorkdir)
     yield
     assert leased, "the test ran nothing in the sandbox"
+    warm.settle(10)  # a sandbox parked for the next run is no run's leftover: ended here, with its uid
+    warm.drop()
+    assert remains.settle(10)
     deadline = time.monotonic() + 5
     while _processes_of(leased) and time.monotonic() < deadline:
         time.sleep(0.1)

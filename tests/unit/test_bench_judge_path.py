@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from bench import judge_path
 
 _resolve = judge_path.owner_of
@@ -34,3 +36,14 @@ def test_every_step_it_reports_is_between_marks_it_sets():
     for key in judge_path.STEPS:
         first, _, second = key.partition(" -> ")
         assert first in marks and second in marks, key
+
+
+def test_a_mark_set_on_another_thread_is_off_the_judgements_path():
+    marks: list = []
+    marked = judge_path._marking(marks, lambda: None, "launch")
+    elsewhere = threading.Thread(target=marked)  # a warm sandbox's launch, on the warmer's thread
+    elsewhere.start()
+    elsewhere.join()
+    assert marks == []
+    marked()
+    assert [mark for mark, _ in marks] == ["launch>", "launch<"]

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from workers import sandbox
-from workers.sandbox import isolation, uids
+from workers.sandbox import isolation, remains, uids
 
 PY = sandbox.python_executable()
 FAST = sandbox.Limits(wall_s=5)
@@ -88,6 +88,7 @@ def own_root(monkeypatch):
 def test_the_working_directory_is_fresh_and_removed_afterwards(own_root):
     r = _py("import os; open('left.txt', 'w').write('x'); print(os.listdir('.'), os.getcwd())")
     assert r.stdout == b"['left.txt'] /work\n"
+    assert remains.settle(10)  # what is left of a run goes behind the worker
     assert [name for name in os.listdir(own_root) if not name.startswith(".")] == []  # .state, .uids: the pool's
 
 
@@ -239,6 +240,7 @@ def test_a_spawned_program_runs_contained_with_the_descriptors_it_is_given():
 def test_a_spawned_program_is_killed_when_its_block_ends():
     with sandbox.spawn([PY, "-I", "-S", "-c", "import time; time.sleep(60)"], limits=FAST) as proc:
         assert proc.wait(0.2) is None
+    assert remains.settle(10)  # killed as the block ended; its launcher reaped behind the worker
     assert proc.wait(0) is not None
 
 

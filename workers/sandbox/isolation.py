@@ -23,7 +23,7 @@ import subprocess
 import sysconfig
 from typing import Mapping
 
-from workers.sandbox import cgroups, launch, launcher
+from workers.sandbox import cgroups, launch, launcher, warm
 from workers.sandbox.limits import SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,9 @@ def describe() -> str:
     hierarchy = cgroups.probe()
     first = "the farm's launcher" if launcher.path() is not None else "prlimit and setpriv (no launcher built)"
     return (f"sandbox: {version}, allow-list root, namespaces user/mount/pid/net/ipc/uts/cgroup; per-run "
-            f"memory and process limits by {hierarchy.describe()}; rlimits and uid by {first}")
+            f"memory and process limits by {hierarchy.describe()}; rlimits and uid by {first}; "
+            f"{'Python scripts sandboxed ahead of their runs' if warm.enabled() else 'every sandbox cold'} "
+            f"({warm.ENV})")
 
 
 def hidden_paths() -> tuple[str, ...]:

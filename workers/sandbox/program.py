@@ -2,30 +2,35 @@
 one that another party talks to (the response's function, called by the tests over pipes).
 
 Each run holds a uid of the pool, a fresh working directory and a cgroup of its own, all given back when it
-ends. The supervisor feeds stdin, caps stdout and stderr (the run is killed at the cap), kills the run at the
-wall limit, and at the end kills whatever is left in the run's cgroup, so nothing the program started outlives
-it. A launch that fails before the program starts (bubblewrap could not build the root) is the machine's
-failure, `SandboxUnavailable`; bubblewrap says so on a status descriptor the program cannot silence.
+ends (once its programs are killed, behind the worker: `remains`). A Python script's spawned run may take a
+sandbox started for it while the run before computed (`warm`). The supervisor feeds stdin, caps stdout and stderr
+(the run is killed at the cap), kills the run at the wall limit, and at the end kills whatever is left in the
+run's cgroup, so nothing the program started outlives it. A launch that fails before the program starts
+(bubblewrap could not build the root) is the machine's failure, `SandboxUnavailable`; bubblewrap says so on a
+status descriptor the program cannot silence.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
+import marshal
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, Sequence
 
-from workers.sandbox import cgroups, isolation, live, root
+from workers.sandbox import cgroups, isolation, live, remains, root, warm
 from workers.sandbox.isolation import _environment
 from workers.sandbox.launch import PROCESSES, Launch
 from workers.sandbox.limits import Limits, MiB, RunResult, SandboxUnavailable
-from workers.sandbox.uids import lease_uid, sweep_stale
+from workers.sandbox.uids import _Lease, lease_uid, sweep_stale
 from workers.sandbox.workdir import _Workdir
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,47 @@ class _Prepared:
     launch: Launch
     workdir: _Workdir
     group: cgroups.RunGroup | None
+    lease: _Lease
+    reap: Callable[[], None] | None = None  # what is left to wait for of the run's programs once killed
+
+    @classmethod
+    def open(cls, argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits,
+             m: str | None = None) -> "_Prepared":
+        """A uid of the pool, a fresh working directory holding `files`, a cgroup, the launch."""
+        m = m or isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run, call
+        lease = lease_uid(m)
+        workdir = group = None
+        try:
+            workdir = _Workdir(m, lease.uid, limits.disk_bytes)
+            workdir.write(files, lease.uid)
+            contained = m != "uncontained"
+            root_args: list[str] = []
+            if contained:
+                hierarchy = cgroups.probe()
+                if not isinstance(hierarchy, cgroups.Hierarchy):
+                    raise SandboxUnavailable(f"no cgroup hierarchy for per-run limits: {hierarchy}")
+                group = hierarchy.create(os.path.basename(workdir.path), limits.run_memory_bytes(),
+                                         limits.nproc + PROCESSES)
+                root_args = root.bwrap_args(python=isolation.python_executable(), hidden=isolation.hidden_paths(),
+                                            workdir=workdir.path, limits=limits, state_root=isolation.state_root())
+            launch = Launch(contained, argv, limits, lease.uid, group, workdir.path, root_args)
+            return cls(launch, workdir, group, lease)
+        except BaseException:
+            _clear(group, workdir, lease)
+            raise
+
+    def close(self, failed: bool = False) -> None:
+        """Gives back the uid, working directory and cgroup. Contained, once every program of the run was sent
+        SIGKILL (`_supervised`, `Spawned._end`), behind the worker (`remains`); inline after a failure."""
+        if self.group is None or failed:
+            try:
+                if self.reap is not None:
+                    self.reap()
+            finally:
+                _clear(self.group, self.workdir, self.lease)
+            return
+        steps = (self.reap,) if self.reap is not None else ()
+        remains.leave(remains.Remains((*steps, self.group.remove, self.workdir.remove), self.lease.release))
 
     def finish(self) -> bool:
         """Kills what is left of the run; True when the kernel killed a process at the run's memory limit."""
@@ -103,13 +149,23 @@ class Spawned:
         return launch.failure(self._proc.returncode, self.stderr_head().decode(errors="replace"))
 
     def _end(self) -> None:
-        if self._proc.poll() is None:
-            _stop(self._proc, self._prepared.launch)
-        self._prepared.finish()
+        """Kills the program; contained, the wait for its sandbox to go is left to its remains (`_Prepared.close`)."""
+        child = self._prepared.launch.child
+        if self._prepared.group is not None and child is not None:
+            if self._proc.poll() is None:  # its namespace's init: the kernel kills every process of the namespace
+                _signal(lambda: os.kill(child, signal.SIGKILL))
+            self._prepared.reap = self._reap
+        else:
+            self._reap()
         self._stderr.close()
         if self._status is not None:
             os.close(self._status)
             self._status = None
+
+    def _reap(self) -> None:
+        if self._proc.poll() is None:
+            _stop(self._proc, self._prepared.launch)
+        self._prepared.finish()
 
 
 def _read_ready(fd: int) -> bytes:
@@ -124,14 +180,32 @@ def _read_ready(fd: int) -> bytes:
 def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits: Limits = Limits(),
           pass_fds: Sequence[int] = (), env: Mapping[str, str] = {}) -> Iterator[Spawned]:
     """Start argv contained as `run` would, keeping `pass_fds` open in it; killed (with everything it
-    started) and cleaned up when the block ends. The caller bounds its time: nothing here waits."""
+    started) and cleaned up when the block ends. The caller bounds its time: nothing here waits. A Python
+    script's run takes the sandbox parked for its shape, if there is one (`warm`), and parks the next."""
+    environment = _environment(env)
+    shape = warm.shape_of(argv, limits, environment, isolation.mode(), pass_fds)
+    parked = warm.take(shape) if shape is not None else None
+    if parked is not None:
+        warm.want(shape, _park)  # made while this run computes: the next run of its shape is likely near
+        with _spawned_warm(parked, argv, files, pass_fds) as spawned:
+            yield spawned
+        return
+    with _spawned_cold(argv, files, limits, pass_fds, environment) as spawned:
+        yield spawned
+    if shape is not None:  # after a cold run that could start: one that could not says why once, not twice
+        warm.want(shape, _park)
+
+
+@contextlib.contextmanager
+def _spawned_cold(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits, pass_fds: Sequence[int],
+                  env: dict[str, str]) -> Iterator[Spawned]:
     with _prepared(argv, files, limits) as prepared:
         stderr = tempfile.TemporaryFile()  # the launcher's own complaints, and whatever the program writes there
         spawned = None
         try:
             with live.tracked(prepared.end):
-                proc, status = prepared.launch.start(env=_environment(env), stdin=subprocess.DEVNULL,
-                                                     stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=tuple(pass_fds))
+                proc, status = prepared.launch.start(env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                     stderr=stderr, pass_fds=tuple(pass_fds))
                 spawned = Spawned(proc, stderr, prepared, status)
                 yield spawned
         finally:
@@ -142,31 +216,94 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
 
 
 @contextlib.contextmanager
+def _spawned_warm(parked: "_Parked", argv: Sequence[str], files: Mapping[str, bytes | str],
+                  pass_fds: Sequence[int]) -> Iterator[Spawned]:
+    prepared = parked.prepared
+    spawned = Spawned(parked.proc, parked.stderr, prepared, parked.status)
+    try:
+        with live.tracked(prepared.end):
+            prepared.workdir.write(files, prepared.lease.uid)
+            try:
+                parked.hand(argv[3:], pass_fds)
+            except OSError as exc:  # its stub was gone: the machine's failure, never the response's verdict
+                raise SandboxUnavailable(f"a warm sandbox ended before its run ({exc})") from None
+            yield spawned
+    except BaseException:
+        spawned._end()
+        prepared.close(failed=True)
+        raise
+    spawned._end()
+    prepared.close()
+
+
+class _Parked:
+    """A sandbox launched for a shape of run (`warm`), its interpreter waiting on `ctrl` for the run."""
+
+    def __init__(self, shape: warm.Shape, prepared: _Prepared, proc: subprocess.Popen, status: int | None,
+                 stderr: "tempfile._TemporaryFileWrapper[bytes]", ctrl: socket.socket) -> None:
+        self.shape, self.prepared, self.proc, self.status, self.stderr, self.ctrl = (shape, prepared, proc, status,
+                                                                                    stderr, ctrl)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def hand(self, argv: Sequence[str], fds: Sequence[int]) -> None:
+        """Starts the run: its script's argv, and the descriptors it finds at the same numbers."""
+        payload = marshal.dumps((list(argv), list(fds)))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        try:
+            self.ctrl.sendmsg([payload], rights)
+        finally:
+            self.ctrl.close()
+
+    def end(self) -> None:
+        self.ctrl.close()
+        Spawned(self.proc, self.stderr, self.prepared, self.status)._end()
+        self.prepared.close()
+
+
+def _park(shape: warm.Shape) -> _Parked:
+    """Launches a sandbox of `shape` whose interpreter waits for its run (on the warmer's thread)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    argv = [shape.python, *warm.FLAGS, "-c", warm.STUB, str(theirs.fileno())]
+    prepared = stderr = None
+    try:
+        prepared = _Prepared.open(argv, {}, shape.limits, shape.mode)
+        stderr = tempfile.TemporaryFile()
+        proc, status = prepared.launch.start(env=dict(shape.env), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(theirs.fileno(),))
+    except BaseException:
+        ours.close()
+        if stderr is not None:
+            stderr.close()
+        if prepared is not None:
+            prepared.close(failed=True)
+        raise
+    finally:
+        theirs.close()
+    return _Parked(shape, prepared, proc, status, stderr, ours)
+
+
+@contextlib.contextmanager
 def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits,
               m: str | None = None) -> Iterator[_Prepared]:
-    """A uid of the pool, a fresh working directory holding `files`, a cgroup, the launch; released afterwards."""
-    m = m or isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run and call
-    lease = lease_uid(m)
-    workdir = group = None
+    """`_Prepared.open` for a block, closed after it."""
+    prepared = _Prepared.open(argv, files, limits, m)
     try:
-        workdir = _Workdir(m, lease.uid, limits.disk_bytes)
-        workdir.write(files, lease.uid)
-        contained = m != "uncontained"
-        root_args: list[str] = []
-        if contained:
-            hierarchy = cgroups.probe()
-            if not isinstance(hierarchy, cgroups.Hierarchy):
-                raise SandboxUnavailable(f"no cgroup hierarchy for per-run limits: {hierarchy}")
-            group = hierarchy.create(os.path.basename(workdir.path), limits.run_memory_bytes(),
-                                     limits.nproc + PROCESSES)
-            root_args = root.bwrap_args(python=isolation.python_executable(), hidden=isolation.hidden_paths(),
-                                        workdir=workdir.path, limits=limits, state_root=isolation.state_root())
-        yield _Prepared(Launch(contained, argv, limits, lease.uid, group, workdir.path, root_args), workdir, group)
-    finally:
+        yield prepared
+    except BaseException:
+        prepared.close(failed=True)
+        raise
+    prepared.close()
+
+
+def _clear(group: cgroups.RunGroup | None, workdir: _Workdir | None, lease) -> None:
+    try:
         if group is not None:
             group.remove()
         if workdir is not None:
             workdir.remove()
+    finally:
         lease.release()
 
 

@@ -13,7 +13,7 @@ import os
 import random
 import shutil
 
-from workers.sandbox import cgroups
+from workers.sandbox import cgroups, remains, warm
 from workers.sandbox.isolation import _libc
 from workers.sandbox.limits import SandboxUnavailable
 from workers.sandbox.workdir import _MNT_DETACH, sandbox_root
@@ -63,13 +63,24 @@ def lease_uid(m: str) -> _Lease:
         return _Lease(None, None)
     sweep_stale()
     uids = uid_range()
+    lease = _free(uids)
+    if lease is None:  # this process's parked sandbox and its runs' remains hold uids: have them back, look again
+        warm.drop()
+        remains.settle(remains.SETTLE_S)
+        lease = _free(uids)
+    if lease is None:
+        raise SandboxUnavailable(f"all {len(uids)} sandbox uids are busy (FARM_SANDBOX_UIDS)")
+    return lease
+
+
+def _free(uids: range) -> _Lease | None:
     start = _CHOICE.randrange(len(uids))  # not the global random: a test or a library may seed that
     for i in range(len(uids)):
         uid = uids[(start + i) % len(uids)]
         fd = _try_lock(uid)
         if fd is not None:
             return _Lease(uid, fd)
-    raise SandboxUnavailable(f"all {len(uids)} sandbox uids are busy (FARM_SANDBOX_UIDS)")
+    return None
 
 
 @functools.lru_cache(maxsize=1)
