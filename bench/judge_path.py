@@ -34,7 +34,7 @@ MARKED = (("workers.sandbox.launch", "Launch.start", "launch"),
           ("workers.sandbox.verifier", "_read_until", "verdict"),
           ("workers.sandbox.program", "Spawned._end", "end"))
 STEPS = {"start -> launch>": "workdir, uid and cgroup", "launch> -> launch<": "the response's launch",
-         "start -> verdict>": "a warm sandbox's files and hand-over, the tests' fork",
+         "start -> verdict>": "warm: files, hand-over, fork",
          "launch< -> verdict>": "the tests' fork", "verdict> -> verdict<": "until the verdict",
          "verdict< -> end>": "the verdict read", "end> -> end<": "ending the response's sandbox",
          "end< -> done": "the cleanup"}
