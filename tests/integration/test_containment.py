@@ -14,7 +14,7 @@ from farm.results import Status
 from workers import sandbox
 from workers.pipelines import code
 from workers.runner import score
-from workers.sandbox import program, remains, uids, verifier, warm
+from workers.sandbox import prepared, remains, uids, verifier, warm
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(os.geteuid() != 0, reason="the full sandbox needs root")]
 
@@ -71,14 +71,14 @@ def clean_afterwards(monkeypatch):
         leased.add(held.uid)
         return held
 
-    class RecordedWorkdir(program._Workdir):
+    class RecordedWorkdir(prepared._Workdir):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self.path)
 
-    for module in (program, verifier):
+    for module in (prepared, verifier):
         monkeypatch.setattr(module, "lease_uid", recording)
-    monkeypatch.setattr(program, "_Workdir", RecordedWorkdir)
+    monkeypatch.setattr(prepared, "_Workdir", RecordedWorkdir)
     yield
     assert leased, "the test ran nothing in the sandbox"
     warm.settle(10)  # a sandbox parked for the next run is no run's leftover: ended here, with its uid

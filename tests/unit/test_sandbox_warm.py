@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 import pytest
 
@@ -22,13 +23,13 @@ pytestmark = [pytest.mark.timeout(60),
 
 # what a program can see of its own start; `seen` writes it to the descriptor named by argv[1]
 SEEN = """\
-import json, os, sys
+import json, os, resource, sys
 out = int(sys.argv[1])
 report = {
     "argv": sys.argv[:1], "name": __name__, "file": __file__, "cwd": os.getcwd(), "uid": os.getuid(),
     "fds": sorted(-1 if int(fd) == out else int(fd) for fd in os.listdir("/proc/self/fd")), "path": sys.path,
     "flags": [sys.flags.isolated, sys.flags.no_site, sys.flags.ignore_environment],
-    "modules": sorted(sys.modules), "globals": sorted(globals()),
+    "modules": sorted(sys.modules), "globals": sorted(globals()), "cpu": resource.getrlimit(resource.RLIMIT_CPU),
     "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
     "left": sorted(os.listdir("/tmp")) + sorted(os.listdir("/work")),
     "cmdline": open("/proc/self/cmdline", "rb").read().split(b"\\0")[1:4] == [b"-I", b"-S", b"-c"],
@@ -95,20 +96,21 @@ def crashed(script: str) -> tuple[int, bytes]:
         return status, proc.stderr_head()
 
 
-@pytest.mark.parametrize("script", ["def f():\n    raise ValueError('no')\nf()\n", "x = (\n", "raise SystemExit(3)\n"])
+@pytest.mark.parametrize("script", ["def f():\n    raise ValueError('no')\nf()\n", "x = (\n", "raise SystemExit(3)\n",
+                                    "print('out', flush=False)\nraise KeyboardInterrupt\n"])
 def test_a_program_that_fails_reads_and_exits_as_in_a_cold_interpreter(script):
     cold = crashed(script)
     warm.settle(10)
     assert warm.parked() is not None
     assert crashed(script) == cold
-    assert cold[0] in (1, 3) and (cold[0] == 3 or b'File "/work/crash.py"' in cold[1])
+    assert cold[0] in (1, 3, 128 + 2) and (cold[0] == 3 or b'File "/work/crash.py"' in cold[1])
 
 
 def test_a_run_of_another_shape_ends_the_parked_sandbox_and_gives_its_uid_back(own_warmer):
     seen()
     warm.settle(10)
     parked = own_warmer._parked
-    assert seen(limits=sandbox.Limits(wall_s=4))["cmdline"] is False  # another shape: cold
+    assert seen(limits=sandbox.Limits(wall_s=5, memory_bytes=512 * sandbox.MiB))["cmdline"] is False  # cold
     assert remains.settle(10)
     assert parked.proc.poll() is not None
     lock = uids._try_lock(parked.prepared.lease.uid)
@@ -159,3 +161,77 @@ def test_once_settled_a_runs_remains_are_gone(monkeypatch):
     finally:
         uids.sweep_stale.cache_clear()
         shutil.rmtree(own, ignore_errors=True)
+
+
+ECHO = "import sys\nsys.stdout.write(sys.stdin.read()[::-1])\nsys.stderr.write('note')\nraise SystemExit(3)\n"
+
+
+def echoed(**kw) -> sandbox.RunResult:
+    return sandbox.run([PY, "-I", "-S", "main.py"], files={"main.py": ECHO}, stdin=b"abc", limits=FAST, **kw)
+
+
+def test_a_supervised_run_of_a_python_script_takes_a_piped_sandbox_and_ends_as_a_cold_one():
+    cold = echoed()
+    assert warm.settle(10) and warm.parked() is not None and warm.parked().piped
+    hot = echoed()
+    assert (hot.stdout, hot.stderr, hot.returncode, hot.signal) == (cold.stdout, cold.stderr, 3, None)
+    assert (hot.stdout, hot.stderr) == (b"cba", b"note")
+
+
+def test_a_warm_supervised_run_is_timed_from_its_start_and_killed_at_its_limit():
+    echoed()
+    warm.settle(10)
+    time.sleep(1.5)  # parked longer than the run's limit: the clock starts with the run
+    slow = sandbox.run([PY, "-I", "-S", "main.py"], files={"main.py": "import time\ntime.sleep(30)\n"},
+                       limits=sandbox.Limits(wall_s=1))
+    assert slow.timed_out and 0.9 < slow.wall_s < 5
+
+
+def test_a_warm_supervised_run_gives_back_the_files_asked_for():
+    echoed()
+    warm.settle(10)
+    r = sandbox.run([PY, "-I", "-S", "main.py"], files={"main.py": "open('out.bin', 'wb').write(b'\\x01')"},
+                    limits=FAST, collect=("out.bin",))
+    assert r.ok and r.files == {"out.bin": b"\x01"}
+
+
+def test_a_spawned_run_does_not_take_a_sandbox_parked_for_a_supervised_one(own_warmer):
+    echoed()
+    warm.settle(10)
+    parked = own_warmer._parked
+    assert not seen()["cmdline"]  # another shape: cold, and the piped one ended
+    assert remains.settle(10) and parked.proc.poll() is not None
+
+
+def test_a_run_with_less_time_takes_the_parked_sandbox_with_its_own_cpu_limit():
+    assert seen()["cpu"] == [5, 6]
+    warm.settle(10)
+    hot = seen(limits=sandbox.Limits(wall_s=2))  # a stage's last case, with less of its budget left
+    assert hot["cmdline"] and hot["cpu"] == [2, 3]
+
+
+def test_a_run_with_more_time_than_the_parked_sandbox_was_made_for_starts_cold():
+    seen(limits=sandbox.Limits(wall_s=2))
+    warm.settle(10)
+    cold = seen(limits=sandbox.Limits(wall_s=5))
+    assert not cold["cmdline"] and cold["cpu"] == [5, 6]
+
+
+def test_a_stub_that_cannot_set_up_its_run_is_the_machines_failure_not_a_verdict():
+    seen()
+    warm.settle(10)
+    parked = warm.take(warm.parked())
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable, match="could not set up its run"):
+            # more CPU than it was launched with (a run `fits` keeps away): the stub cannot raise its hard limit
+            parked.start(["seen.py"], {"seen.py": SEEN}, (), sandbox.Limits(wall_s=60))
+    finally:
+        parked.end(failed=True)
+    assert parked.proc.poll() is not None
+
+
+def test_a_sandbox_parked_before_the_roots_settings_changed_is_not_used(monkeypatch):
+    seen()
+    warm.settle(10)
+    monkeypatch.setenv("FARM_SANDBOX_HIDE", "/usr/share/doc")  # the operator hides one more path of /usr
+    assert not seen()["cmdline"]  # parked with the root of before: cold, with the root of now

@@ -11,8 +11,8 @@ import pytest
 from workers.sandbox import warm
 from workers.sandbox.limits import Limits
 
-A = warm.Shape("/usr/bin/python3", Limits(), (), "root")
-B = warm.Shape("/usr/bin/python3", Limits(wall_s=3.0), (), "root")
+A = warm.Shape("/usr/bin/python3", Limits(), (), "root", False)
+B = warm.Shape("/usr/bin/python3", Limits(wall_s=3.0), (), "root", False)
 
 
 class Fake:
@@ -142,11 +142,35 @@ def test_a_forks_child_has_no_parked_sandbox_and_leaves_the_parents_alone(make, 
     (["/usr/bin/python3", "-I", "candidate.py"], (), False),  # other flags: cold
     (["/usr/bin/python3", "-I", "-S", "-c", "pass"], (), False),  # not a script
     (["./main"], (), False),
+    (["/usr/bin/python3"], (), False),
     (["/usr/bin/python3", "-I", "-S", "candidate.py"], (250,), False),  # a descriptor the stub cannot place
 ])
 def test_only_a_contained_python_scripts_run_has_a_shape(argv, fds, warmable):
-    assert (warm.shape_of(argv, Limits(), {}, "root", fds) is not None) == warmable
+    assert (warm.shape_of(argv, Limits(), {}, "root", "/usr/bin/python3", fds) is not None) == warmable
 
 
 def test_an_uncontained_run_has_no_shape():
-    assert warm.shape_of(["/usr/bin/python3", "-I", "-S", "x.py"], Limits(), {}, "uncontained") is None
+    python = "/usr/bin/python3"
+    assert warm.shape_of([python, "-I", "-S", "x.py"], Limits(), {}, "uncontained", python) is None
+
+
+def test_another_interpreter_has_no_shape():
+    assert warm.shape_of(["/usr/bin/node", "-I", "-S", "x.js"], Limits(), {}, "root", "/usr/bin/python3") is None
+
+
+def test_a_sandbox_is_made_for_the_most_cpu_a_run_of_its_shape_has_had(make, made):
+    w = warm.Warmer()
+    w.want(warm.Shape("/usr/bin/python3", Limits(), (), "root", False, cpu=10), make)
+    w.settle(5)
+    w.take(A)
+    w.want(warm.Shape("/usr/bin/python3", Limits(), (), "root", False, cpu=2), make)  # a case late in its budget
+    w.settle(5)
+    assert made[-1].shape.cpu == 10
+
+
+def test_shapes_differ_by_what_the_sandbox_is_built_with_not_by_the_runs_time_limit():
+    python, argv = "/usr/bin/python3", ["/usr/bin/python3", "-I", "-S", "x.py"]
+    short = warm.shape_of(argv, Limits(wall_s=1), {}, "root", python)
+    long = warm.shape_of(argv, Limits(wall_s=9), {}, "root", python)
+    assert short == long and (short.cpu, long.cpu) == (1, 9)
+    assert warm.shape_of(argv, Limits(memory_bytes=1 << 20), {}, "root", python) != short

@@ -23,7 +23,8 @@ images run workers as root), else the sandbox fails closed (`SandboxUnavailable`
 
 One concept a module: `limits` (what a run may use, what it gives back), `isolation` (the mode and the launch),
 `root` (the allow-list filesystem), `cgroups` (per-run resource control, v1 and v2), `uids` (the uid pool),
-`workdir` (the private working directory), `program` (`run`, `spawn` and their supervision), `verifier`
+`workdir` (the private working directory), `prepared` (what one run holds, and giving it back), `program`
+(`run`, `spawn` and their supervision), `parked` (a sandbox launched ahead of its run), `verifier`
 (`call` in a forked child), `live` (the runs of the request a worker serves, ended at once when it loses it),
 `warm` (a Python script's sandbox started before its run), `remains` (what a killed run leaves, cleared behind the
 worker).

@@ -12,28 +12,28 @@ status descriptor the program cannot silence.
 
 from __future__ import annotations
 
-import array
+import atexit
 import contextlib
-import logging
-import marshal
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Iterator, Mapping, Sequence
 
-from workers.sandbox import cgroups, isolation, live, remains, root, warm
+from workers.sandbox import isolation, live, remains, warm
 from workers.sandbox.isolation import _environment
-from workers.sandbox.launch import PROCESSES, Launch
 from workers.sandbox.limits import Limits, MiB, RunResult, SandboxUnavailable
-from workers.sandbox.uids import _Lease, lease_uid, sweep_stale
-from workers.sandbox.workdir import _Workdir
+from workers.sandbox.parked import Parked, park
+from workers.sandbox.prepared import Prepared, root_of
+from workers.sandbox.prepared import prepared as prepared_for
+from workers.sandbox.uids import sweep_stale
 
-log = logging.getLogger(__name__)
+# an exiting process ends its parked sandbox, then waits for every run's remains (the modules' own hooks would run
+# the other way round: the last registered runs first)
+atexit.register(lambda: (warm.close(), remains.settle(remains.SETTLE_S)))
 
 
 def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: bytes = b"",
@@ -41,85 +41,38 @@ def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: by
         env: Mapping[str, str] = {}) -> RunResult:
     """Run argv (relative paths resolve in the fresh working directory holding `files`) under the limits.
 
-    Returns how it ended; raises SandboxUnavailable only when the machine cannot contain it.
+    Returns how it ended; raises SandboxUnavailable only when the machine cannot contain it. A Python script's
+    run takes the sandbox parked for its shape, if there is one (`warm`), and has the next one made.
     """
-    with _prepared(argv, files, limits) as prepared:
-        result = _supervise(prepared, _environment(env), stdin, limits)
-        if collect:
-            result = replace(result, files=prepared.workdir.read(collect, collect_bytes))
-        return result
-
-
-@dataclass
-class _Prepared:
-    launch: Launch
-    workdir: _Workdir
-    group: cgroups.RunGroup | None
-    lease: _Lease
-    reap: Callable[[], None] | None = None  # what is left to wait for of the run's programs once killed
-
-    @classmethod
-    def open(cls, argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits,
-             m: str | None = None) -> "_Prepared":
-        """A uid of the pool, a fresh working directory holding `files`, a cgroup, the launch."""
-        m = m or isolation.mode()  # read on the module: one stand-in for the machine (a test's) reaches run, call
-        lease = lease_uid(m)
-        workdir = group = None
+    environment = _environment(env)
+    shape = warm.shape_of(argv, limits, environment, isolation.mode(), isolation.python_executable(), piped=True,
+                          root=lambda: root_of(limits))
+    parked = _take(shape, limits)
+    if parked is not None:
+        warm.want(shape, park)  # made while this run computes: the next run of its shape is likely near
         try:
-            workdir = _Workdir(m, lease.uid, limits.disk_bytes)
-            workdir.write(files, lease.uid)
-            contained = m != "uncontained"
-            root_args: list[str] = []
-            if contained:
-                hierarchy = cgroups.probe()
-                if not isinstance(hierarchy, cgroups.Hierarchy):
-                    raise SandboxUnavailable(f"no cgroup hierarchy for per-run limits: {hierarchy}")
-                group = hierarchy.create(os.path.basename(workdir.path), limits.run_memory_bytes(),
-                                         limits.nproc + PROCESSES)
-                root_args = root.bwrap_args(python=isolation.python_executable(), hidden=isolation.hidden_paths(),
-                                            workdir=workdir.path, limits=limits, state_root=isolation.state_root())
-            launch = Launch(contained, argv, limits, lease.uid, group, workdir.path, root_args)
-            return cls(launch, workdir, group, lease)
+            result = _supervise(parked.prepared, lambda: parked.start(argv[3:], files, (), limits), stdin, limits)
+            if collect:
+                result = replace(result, files=parked.prepared.workdir.read(collect, collect_bytes))
         except BaseException:
-            _clear(group, workdir, lease)
+            parked.end(failed=True)
             raise
-
-    def close(self, failed: bool = False) -> None:
-        """Gives back the uid, working directory and cgroup. Contained, once every program of the run was sent
-        SIGKILL (`_supervised`, `Spawned._end`), behind the worker (`remains`); inline after a failure."""
-        if self.group is None or failed:
-            try:
-                if self.reap is not None:
-                    self.reap()
-            finally:
-                _clear(self.group, self.workdir, self.lease)
-            return
-        steps = (self.reap,) if self.reap is not None else ()
-        remains.leave(remains.Remains((*steps, self.group.remove, self.workdir.remove), self.lease.release))
-
-    def finish(self) -> bool:
-        """Kills what is left of the run; True when the kernel killed a process at the run's memory limit."""
-        if self.group is None:
-            return False
-        self.group.kill()
-        return self.group.oom_killed()
-
-    def end(self) -> None:
-        """Kills the run's programs from another thread, without waiting for them (`live.Scope.end`): its cgroup's
-        processes; uncontained, the launcher's process group while the launcher is not reaped."""
-        if self.group is not None:
-            self.group.kill()
-            return
-        proc = self.launch.proc
-        if proc is not None and proc.returncode is None:
-            _signal(lambda: os.killpg(proc.pid, signal.SIGKILL))
+        parked.end()
+        return result
+    with prepared_for(argv, files, limits) as held:
+        result = _supervise(held, _cold(held, environment), stdin, limits)
+        if collect:
+            result = replace(result, files=held.workdir.read(collect, collect_bytes))
+    if shape is not None:  # after a cold run that could start: one that could not says why once, not twice
+        warm.want(shape, park)
+    return result
 
 
 class Spawned:
     """A contained program running on its own; its stdin and stdout are /dev/null, its stderr a capped file."""
 
     def __init__(self, proc: subprocess.Popen, stderr: "tempfile._TemporaryFileWrapper[bytes]",
-                 prepared: _Prepared, status: int | None) -> None:
+                 prepared: Prepared, status: int | None) -> None:
         self._proc, self._stderr, self._prepared, self._status = proc, stderr, prepared, status
 
     @property
@@ -149,23 +102,12 @@ class Spawned:
         return launch.failure(self._proc.returncode, self.stderr_head().decode(errors="replace"))
 
     def _end(self) -> None:
-        """Kills the program; contained, the wait for its sandbox to go is left to its remains (`_Prepared.close`)."""
-        child = self._prepared.launch.child
-        if self._prepared.group is not None and child is not None:
-            if self._proc.poll() is None:  # its namespace's init: the kernel kills every process of the namespace
-                _signal(lambda: os.kill(child, signal.SIGKILL))
-            self._prepared.reap = self._reap
-        else:
-            self._reap()
+        """Kills the program; contained, the wait for its sandbox to go is left to its remains (`Prepared.close`)."""
+        self._prepared.kill(self._proc)
         self._stderr.close()
         if self._status is not None:
             os.close(self._status)
             self._status = None
-
-    def _reap(self) -> None:
-        if self._proc.poll() is None:
-            _stop(self._proc, self._prepared.launch)
-        self._prepared.finish()
 
 
 def _read_ready(fd: int) -> bytes:
@@ -183,23 +125,24 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
     started) and cleaned up when the block ends. The caller bounds its time: nothing here waits. A Python
     script's run takes the sandbox parked for its shape, if there is one (`warm`), and parks the next."""
     environment = _environment(env)
-    shape = warm.shape_of(argv, limits, environment, isolation.mode(), pass_fds)
-    parked = warm.take(shape) if shape is not None else None
+    shape = warm.shape_of(argv, limits, environment, isolation.mode(), isolation.python_executable(), pass_fds,
+                          root=lambda: root_of(limits))
+    parked = _take(shape, limits)
     if parked is not None:
-        warm.want(shape, _park)  # made while this run computes: the next run of its shape is likely near
-        with _spawned_warm(parked, argv, files, pass_fds) as spawned:
+        warm.want(shape, park)  # made while this run computes: the next run of its shape is likely near
+        with _spawned_warm(parked, argv, files, pass_fds, limits) as spawned:
             yield spawned
         return
     with _spawned_cold(argv, files, limits, pass_fds, environment) as spawned:
         yield spawned
     if shape is not None:  # after a cold run that could start: one that could not says why once, not twice
-        warm.want(shape, _park)
+        warm.want(shape, park)
 
 
 @contextlib.contextmanager
 def _spawned_cold(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits, pass_fds: Sequence[int],
                   env: dict[str, str]) -> Iterator[Spawned]:
-    with _prepared(argv, files, limits) as prepared:
+    with prepared_for(argv, files, limits) as prepared:
         stderr = tempfile.TemporaryFile()  # the launcher's own complaints, and whatever the program writes there
         spawned = None
         try:
@@ -215,108 +158,51 @@ def _spawned_cold(argv: Sequence[str], files: Mapping[str, bytes | str], limits:
                 stderr.close()
 
 
+def _take(shape: warm.Shape | None, limits: Limits) -> Parked | None:
+    """The sandbox parked for a run of `shape` with these limits, if there is one that fits them."""
+    parked = warm.take(shape) if shape is not None else None
+    if parked is not None and not parked.fits(limits):
+        parked.end()  # launched for less CPU than this run may use: started cold, and the next made for this one
+        return None
+    return parked
+
+
 @contextlib.contextmanager
-def _spawned_warm(parked: "_Parked", argv: Sequence[str], files: Mapping[str, bytes | str],
-                  pass_fds: Sequence[int]) -> Iterator[Spawned]:
-    prepared = parked.prepared
-    spawned = Spawned(parked.proc, parked.stderr, prepared, parked.status)
+def _spawned_warm(parked: Parked, argv: Sequence[str], files: Mapping[str, bytes | str],
+                  pass_fds: Sequence[int], limits: Limits) -> Iterator[Spawned]:
+    spawned = None
     try:
-        with live.tracked(prepared.end):
-            prepared.workdir.write(files, prepared.lease.uid)
-            try:
-                parked.hand(argv[3:], pass_fds)
-            except OSError as exc:  # its stub was gone: the machine's failure, never the response's verdict
-                raise SandboxUnavailable(f"a warm sandbox ended before its run ({exc})") from None
+        with live.tracked(parked.prepared.end):
+            proc, status = parked.start(argv[3:], files, pass_fds, limits)
+            spawned = Spawned(proc, parked.stderr, parked.prepared, status)
             yield spawned
     except BaseException:
-        spawned._end()
-        prepared.close(failed=True)
+        if spawned is not None:
+            spawned._end()
+        parked.end(failed=True)
         raise
     spawned._end()
-    prepared.close()
+    parked.end()
 
 
-class _Parked:
-    """A sandbox launched for a shape of run (`warm`), its interpreter waiting on `ctrl` for the run."""
-
-    def __init__(self, shape: warm.Shape, prepared: _Prepared, proc: subprocess.Popen, status: int | None,
-                 stderr: "tempfile._TemporaryFileWrapper[bytes]", ctrl: socket.socket) -> None:
-        self.shape, self.prepared, self.proc, self.status, self.stderr, self.ctrl = (shape, prepared, proc, status,
-                                                                                    stderr, ctrl)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def hand(self, argv: Sequence[str], fds: Sequence[int]) -> None:
-        """Starts the run: its script's argv, and the descriptors it finds at the same numbers."""
-        payload = marshal.dumps((list(argv), list(fds)))
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        try:
-            self.ctrl.sendmsg([payload], rights)
-        finally:
-            self.ctrl.close()
-
-    def end(self) -> None:
-        self.ctrl.close()
-        Spawned(self.proc, self.stderr, self.prepared, self.status)._end()
-        self.prepared.close()
+Start = Callable[[], "tuple[subprocess.Popen, int | None]"]  # the running program, bubblewrap's status descriptor
 
 
-def _park(shape: warm.Shape) -> _Parked:
-    """Launches a sandbox of `shape` whose interpreter waits for its run (on the warmer's thread)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    argv = [shape.python, *warm.FLAGS, "-c", warm.STUB, str(theirs.fileno())]
-    prepared = stderr = None
-    try:
-        prepared = _Prepared.open(argv, {}, shape.limits, shape.mode)
-        stderr = tempfile.TemporaryFile()
-        proc, status = prepared.launch.start(env=dict(shape.env), stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=stderr, pass_fds=(theirs.fileno(),))
-    except BaseException:
-        ours.close()
-        if stderr is not None:
-            stderr.close()
-        if prepared is not None:
-            prepared.close(failed=True)
-        raise
-    finally:
-        theirs.close()
-    return _Parked(shape, prepared, proc, status, stderr, ours)
+def _cold(prepared: Prepared, env: dict[str, str]) -> Start:
+    return lambda: prepared.launch.start(env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
 
 
-@contextlib.contextmanager
-def _prepared(argv: Sequence[str], files: Mapping[str, bytes | str], limits: Limits,
-              m: str | None = None) -> Iterator[_Prepared]:
-    """`_Prepared.open` for a block, closed after it."""
-    prepared = _Prepared.open(argv, files, limits, m)
-    try:
-        yield prepared
-    except BaseException:
-        prepared.close(failed=True)
-        raise
-    prepared.close()
-
-
-def _clear(group: cgroups.RunGroup | None, workdir: _Workdir | None, lease) -> None:
-    try:
-        if group is not None:
-            group.remove()
-        if workdir is not None:
-            workdir.remove()
-    finally:
-        lease.release()
-
-
-def _supervise(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
+def _supervise(prepared: Prepared, start: Start, stdin: bytes, limits: Limits) -> RunResult:
     with live.tracked(prepared.end):
-        return _supervised(prepared, env, stdin, limits)
+        return _supervised(prepared, start, stdin, limits)
 
 
-def _supervised(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: Limits) -> RunResult:
+def _supervised(prepared: Prepared, start: Start, stdin: bytes, limits: Limits) -> RunResult:
     launch = prepared.launch
     started = time.monotonic()
     deadline = started + limits.wall_s
-    proc, status_read = launch.start(env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc, status_read = start()
     stdout, stderr = bytearray(), bytearray()
     out = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
     timed_out = exceeded = False
@@ -375,7 +261,7 @@ def _supervised(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: 
             os.close(status_read)
         killed = proc.poll() is None or timed_out or exceeded
         if killed:
-            _stop(proc, launch)
+            prepared.stop(proc)
         for fh in (proc.stdin, proc.stdout, proc.stderr):
             if fh and not fh.closed:
                 fh.close()
@@ -389,35 +275,6 @@ def _supervised(prepared: _Prepared, env: dict[str, str], stdin: bytes, limits: 
         timed_out = True
     return RunResult(None if sig else rc, sig, bytes(stdout), bytes(stderr), wall, timed_out, exceeded,
                      memory_exceeded=memory_exceeded)
-
-
-def _stop(proc: subprocess.Popen, launch: Launch) -> None:
-    """Ends a run from the inside out: SIGKILL to its PID namespace's init takes every process of the namespace
-    down with it, and bubblewrap's monitor, seeing it gone, exits. The launcher's group is killed only if that
-    fails, or where there is no namespace (uncontained). (The monitor does not reap the init: the host's init
-    does, as it does after every bubblewrap run; until then it is a zombie of the run's uid, which runs nothing.)"""
-    if launch.child is not None:
-        _signal(lambda: os.kill(launch.child, signal.SIGKILL))
-        if _ended(proc, 5, "outlived its namespace's init by"):
-            return
-    _signal(lambda: os.killpg(proc.pid, signal.SIGKILL))
-    _ended(proc, 10, "survived SIGKILL for")
-
-
-def _signal(send: Callable[[], None]) -> None:
-    try:
-        send()
-    except ProcessLookupError:
-        pass
-
-
-def _ended(proc: subprocess.Popen, timeout_s: float, otherwise: str) -> bool:
-    try:
-        proc.wait(timeout=timeout_s)
-        return True
-    except subprocess.TimeoutExpired:
-        log.error("sandbox: launcher %d %s %g s", proc.pid, otherwise, timeout_s)
-        return False
 
 
 def probe_run() -> str | None:
@@ -434,5 +291,5 @@ def probe_run() -> str | None:
 
 def _supervise_probe() -> RunResult:
     limits = Limits(wall_s=10)
-    with _prepared(["/bin/true"], {}, limits, m="root") as prepared:  # the probe runs before the mode is known
-        return _supervise(prepared, _environment({}), b"", limits)
+    with prepared_for(["/bin/true"], {}, limits, m="root") as held:  # the probe runs before the mode is known
+        return _supervise(held, _cold(held, _environment({})), b"", limits)

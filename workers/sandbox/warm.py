@@ -10,8 +10,9 @@ socket for its run: the program's argv and the descriptors it is to find open (s
 the numbers the caller gave), then closes the socket, forgets what it imported, and runs the program's script
 as `__main__`, as the interpreter would have. Nothing of the response exists in the sandbox before then.
 
-A warm sandbox is made for a shape (interpreter, limits, environment) after a run of that shape ends, by a thread
-that lives as long as the process (bubblewrap dies with the thread that started it). A run of another shape
+A warm sandbox is made for a shape (interpreter, limits, environment, pipes or not) as a run of that shape takes one (so it is
+made while that run computes) or once a cold one ends, by a thread that lives as long as the process (bubblewrap
+dies with the thread that started it). A run of another shape
 ends the parked one and starts cold. While parked it holds its uid and about 10 MB; it costs no CPU.
 `FARM_SANDBOX_WARM=0` turns it off.
 """
@@ -22,7 +23,7 @@ import atexit
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Protocol, Sequence
 
 from workers.sandbox.limits import Limits
@@ -33,23 +34,32 @@ ENV = "FARM_SANDBOX_WARM"
 FLAGS = ("-I", "-S")  # the interpreter flags a warm sandbox starts with; a run asking for others starts cold
 FDS_MAX = 16  # descriptors a run may be handed
 SETTLE_S = 10.0  # what closing waits for a sandbox being made
+SHAPES_MAX = 64  # shapes whose largest CPU limit is remembered
 
-# The interpreter's first code in a warm sandbox. It imports only `_socket` (and forgets it), so the program's
-# own imports start as in a cold interpreter; its traceback leaves out the stub's frame.
+# The interpreter's first code in a warm sandbox. It imports only `_socket` and `resource` (and forgets them), so the
+# program's own imports start as in a cold interpreter; its traceback leaves out the stub's frame. It acknowledges
+# its run (b"1") once nothing of its own can fail any more, so a failure of its own is never taken for the program's.
 STUB = r"""
 def _stub(ctrl):
-    import _socket, marshal, posix, sys
+    import _socket, marshal, posix, resource, sys
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, ctrl)
     msg, anc, _, _ = s.recvmsg(1 << 20, _socket.CMSG_SPACE(4 * %(fds)d))
-    s.close()
-    del sys.modules["_socket"]
     if not msg:
         posix._exit(0)
-    argv, wanted = marshal.loads(msg)
+    argv, wanted, cpu = marshal.loads(msg)
     got = [int.from_bytes(d[i:i + 4], sys.byteorder) for level, kind, d in anc
            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS for i in range(0, len(d) - 3, 4)]
-    if len(got) != len(wanted):
+    try:  # what could fail is said to the worker before any of the program runs: the machine's, never a verdict
+        if len(got) != len(wanted):
+            raise ValueError("descriptors")
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # as a cold launch sets it: SIGXCPU, then SIGKILL
+    except (ValueError, OSError):
+        s.send(b"0")
         posix._exit(70)
+    s.send(b"1")
+    s.close()
+    for name in ("_socket", "resource"):
+        del sys.modules[name]
     above = max([2, *got, *wanted]) + 1
     for i, fd in enumerate(got):
         posix.dup2(fd, above + i)
@@ -74,6 +84,12 @@ def _stub(ctrl):
     except BaseException as e:
         e.__traceback__ = e.__traceback__.tb_next  # the stub's frame is not the program's
         sys.excepthook(type(e), e, e.__traceback__)
+        if isinstance(e, KeyboardInterrupt):  # the interpreter ends by SIGINT then, as a shell expects
+            import _signal
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+            posix.kill(posix.getpid(), _signal.SIGINT)
         raise SystemExit(1)
 _stub(int(__import__("sys").argv[1]))
 """ % {"fds": FDS_MAX}
@@ -85,27 +101,40 @@ def enabled() -> bool:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a warm sandbox is made for: a run of another shape cannot use it."""
+    """What a warm sandbox is made for: a run of another shape cannot use it. Its limits leave out the run's wall
+    and CPU time, which the stub sets per run (a stage's cases share a budget: the last ones get less); `cpu` is
+    the CPU limit it is launched with, the most a run it serves may have."""
 
     python: str
     limits: Limits
     env: tuple[tuple[str, str], ...]
     mode: str
+    piped: bool  # stdin, stdout and stderr are pipes (a supervised run's), or /dev/null and a file (a spawned one's)
+    root: tuple[str, ...] = ()  # the root it is built with, as the settings of the moment make it (hidden paths...)
+    cpu: int = field(default=1, compare=False)
+
+    def launched(self) -> Limits:
+        """The limits its sandbox is launched with."""
+        return replace(self.limits, cpu_s=float(self.cpu))
 
 
-def shape_of(argv: Sequence[str], limits: Limits, env: Mapping[str, str], mode: str,
-             fds: Sequence[int] = ()) -> Shape | None:
-    """The shape of a run a warm sandbox could serve: `python -I -S script ...`, contained, handed at most
-    `FDS_MAX` descriptors, each below its descriptor limit (the stub places them there); else None."""
-    if mode != "root" or len(argv) < 4 or tuple(argv[1:3]) != FLAGS or argv[3].startswith("-"):
+def shape_of(argv: Sequence[str], limits: Limits, env: Mapping[str, str], mode: str, python: str,
+             fds: Sequence[int] = (), piped: bool = False,
+             root: Callable[[], Sequence[str]] = tuple) -> Shape | None:
+    """The shape of a run a warm sandbox could serve: `python -I -S script ...` with the sandbox's interpreter,
+    contained, handed at most `FDS_MAX` descriptors, each below its descriptor limit (the stub places them
+    there); else None. `root`: the root a run would be built with now (read only for a run that has a shape), so
+    that a sandbox parked before the operator's settings changed (a store to hide, a tree to allow) is not used."""
+    if mode != "root" or len(argv) < 4 or argv[0] != python or tuple(argv[1:3]) != FLAGS or argv[3].startswith("-"):
         return None
     if len(fds) > FDS_MAX or any(fd < 3 or fd >= limits.nofile - FDS_MAX - 1 for fd in fds):
         return None
-    return Shape(argv[0], limits, tuple(sorted(env.items())), mode)
+    return Shape(argv[0], replace(limits, wall_s=0.0, cpu_s=None), tuple(sorted(env.items())), mode, piped,
+                 tuple(root()), limits.cpu_seconds())
 
 
 class Parked(Protocol):
-    """What the warmer parks (program.py's): a launched sandbox of a shape, waiting for its run."""
+    """What the warmer parks (`parked.Parked`): a launched sandbox of a shape, waiting for its run."""
 
     shape: Shape
 
@@ -124,6 +153,7 @@ class Warmer:
         self._parked: Parked | None = None
         self._wanted: tuple[Shape, Callable[[Shape], Parked]] | None = None
         self._making: Shape | None = None  # the shape of the sandbox being made
+        self._cpu: dict[Shape, int] = {}  # per shape, the most CPU a run has asked for
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -131,7 +161,7 @@ class Warmer:
         """The parked sandbox if it is of `shape` and alive, else None (a parked one of another shape is ended).
         One of `shape` being made is waited for: it is further along than a cold start would be."""
         with self._cond:
-            self._cond.wait_for(lambda: self._making != shape, SETTLE_S)
+            self._cond.wait_for(lambda: not self._coming(shape), SETTLE_S)
             parked, self._parked = self._parked, None
         if parked is None:
             return None
@@ -140,12 +170,23 @@ class Warmer:
         parked.end()
         return None
 
+    def _coming(self, shape: Shape) -> bool:
+        """Whether a sandbox of `shape` is being made or about to be (under the lock)."""
+        return self._making == shape or (self._wanted is not None and self._wanted[0] == shape)
+
     def want(self, shape: Shape, make: Callable[[Shape], Parked]) -> None:
         """Asks for a sandbox of `shape` to be parked (after a run of that shape: the next is likely alike)."""
         if not enabled():
             return
         with self._cond:
-            if self._closed or (self._parked is not None and self._parked.shape == shape):
+            if len(self._cpu) > SHAPES_MAX:
+                self._cpu.clear()
+            # launched for the most CPU a run of its shape has had here: a stage's last cases, given less of a
+            # shrinking budget, must not leave the next request's first case cold
+            most = self._cpu[shape] = max(shape.cpu, self._cpu.get(shape, 0))
+            shape = replace(shape, cpu=most)
+            if self._closed or (self._parked is not None and self._parked.shape == shape
+                                and self._parked.shape.cpu >= shape.cpu):
                 return
             self._wanted = (shape, make)
             if self._thread is None:
