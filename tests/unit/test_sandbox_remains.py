@@ -79,3 +79,16 @@ def test_a_forks_child_reaps_none_of_its_parents_remains_and_leaves_their_descri
     gate.set()
     assert reaper.settle(5)
     assert reaped == [os.getpid()] and released == [os.getpid()] * 2
+
+
+def test_the_reaper_outlives_a_release_that_fails(caplog):
+    done = []
+    reaper = remains.Reaper()
+
+    def fails():
+        raise OSError("bad descriptor")
+
+    reaper.leave(remains.Remains((), fails))
+    reaper.leave(remains.Remains((), lambda: done.append("next")))
+    assert reaper.settle(5)
+    assert done == ["next"] and "could not give back a run's uid" in caplog.text

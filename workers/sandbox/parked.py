@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 from workers.sandbox import warm
 from workers.sandbox.limits import Limits, SandboxUnavailable
-from workers.sandbox.prepared import Prepared
+from workers.sandbox.prepared import Prepared, root_of
 
 
 class Parked:
@@ -68,9 +68,12 @@ class Parked:
         self.prepared.close(failed)
 
 
-def park(shape: warm.Shape) -> Parked:
-    """Launches a sandbox of `shape` whose interpreter waits for its run (on the warmer's thread). A piped shape's
+def park(shape: warm.Shape) -> Parked | None:
+    """Launches a sandbox of `shape` whose interpreter waits for its run (on the warmer's thread); None when the
+    root's settings changed since the shape was taken (the next run of the shape starts cold). A piped shape's
     stdin, stdout and stderr are pipes, as a supervised run's are; a spawned one's /dev/null and a file."""
+    if tuple(root_of(shape.limits)) != shape.root:
+        return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     argv = [shape.python, *warm.FLAGS, "-c", warm.STUB, str(theirs.fileno())]
     prepared = stderr = None

@@ -85,6 +85,8 @@ class Reaper:
                 self._cond.notify_all()  # room for one more
             try:
                 remains.reap()
+            except Exception:  # the thread must outlive any one run's remains, or every later run would wait on it
+                log.exception("sandbox: could not give back a run's uid")
             finally:
                 with self._cond:
                     self._current = None

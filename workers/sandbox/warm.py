@@ -151,7 +151,7 @@ class Warmer:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._parked: Parked | None = None
-        self._wanted: tuple[Shape, Callable[[Shape], Parked]] | None = None
+        self._wanted: tuple[Shape, Callable[[Shape], Parked | None]] | None = None
         self._making: Shape | None = None  # the shape of the sandbox being made
         self._cpu: dict[Shape, int] = {}  # per shape, the most CPU a run has asked for
         self._thread: threading.Thread | None = None
@@ -174,7 +174,7 @@ class Warmer:
         """Whether a sandbox of `shape` is being made or about to be (under the lock)."""
         return self._making == shape or (self._wanted is not None and self._wanted[0] == shape)
 
-    def want(self, shape: Shape, make: Callable[[Shape], Parked]) -> None:
+    def want(self, shape: Shape, make: Callable[[Shape], Parked | None]) -> None:
         """Asks for a sandbox of `shape` to be parked (after a run of that shape: the next is likely alike)."""
         if not enabled():
             return
@@ -260,7 +260,7 @@ def take(shape: Shape) -> Parked | None:
     return _warmer.take(shape)
 
 
-def want(shape: Shape, make: Callable[[Shape], Parked]) -> None:
+def want(shape: Shape, make: Callable[[Shape], Parked | None]) -> None:
     _warmer.want(shape, make)
 
 
