@@ -232,7 +232,7 @@ class Warmer:
                 if old is not None:
                     old.end()
                 made = make(shape)
-            except Exception:  # the next run starts cold, and says what is wrong as a cold run always did
+            except BaseException:  # the next run starts cold, and says what is wrong as a cold run always did
                 log.exception("sandbox: could not start a warm sandbox")
             finally:
                 with self._cond:
@@ -240,8 +240,11 @@ class Warmer:
                         self._parked, made = made, None
                     self._making = None
                     self._cond.notify_all()
-            if made is not None:
-                made.end()
+            if made is not None:  # closed meanwhile: this thread must live on whatever ending it raises
+                try:
+                    made.end()
+                except BaseException:
+                    log.exception("sandbox: could not end a warm sandbox")
 
     def _forked(self) -> None:
         """In a fork's child: the parent's parked sandbox is the parent's; the child has none and no thread (and
