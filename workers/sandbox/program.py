@@ -45,8 +45,7 @@ def run(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, stdin: by
     run takes the sandbox parked for its shape, if there is one (`warm`), and has the next one made.
     """
     environment = _environment(env)
-    shape = warm.shape_of(argv, limits, environment, isolation.mode(), isolation.python_executable(), piped=True,
-                          root=lambda: root_of(limits))
+    shape = _shape(argv, limits, environment, piped=True)
     parked = _take(shape, limits)
     if parked is not None:
         warm.want(shape, park)  # made while this run computes: the next run of its shape is likely near
@@ -125,8 +124,7 @@ def spawn(argv: Sequence[str], *, files: Mapping[str, bytes | str] = {}, limits:
     started) and cleaned up when the block ends. The caller bounds its time: nothing here waits. A Python
     script's run takes the sandbox parked for its shape, if there is one (`warm`), and parks the next."""
     environment = _environment(env)
-    shape = warm.shape_of(argv, limits, environment, isolation.mode(), isolation.python_executable(), pass_fds,
-                          root=lambda: root_of(limits))
+    shape = _shape(argv, limits, environment, pass_fds)
     parked = _take(shape, limits)
     if parked is not None:
         warm.want(shape, park)  # made while this run computes: the next run of its shape is likely near
@@ -156,6 +154,13 @@ def _spawned_cold(argv: Sequence[str], files: Mapping[str, bytes | str], limits:
                 spawned._end()
             else:
                 stderr.close()
+
+
+def _shape(argv: Sequence[str], limits: Limits, env: dict[str, str], fds: Sequence[int] = (),
+           piped: bool = False) -> warm.Shape | None:
+    """The shape of this run on this machine, as of now (`warm.shape_of`), if a warm sandbox could serve it."""
+    return warm.shape_of(argv, limits, env, isolation.mode(), isolation.python_executable(), fds, piped,
+                         root=lambda: root_of(limits))
 
 
 def _take(shape: warm.Shape | None, limits: Limits) -> Parked | None:
